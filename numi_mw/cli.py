@@ -1,0 +1,74 @@
+"""The ``numi-mw`` command: ``serve`` (the sidecar) and ``request`` (show what the sidecar sends upstream)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from numi_mw.core.errors import ApiError
+from numi_mw.core.providers import PROVIDERS, get_provider
+from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="numi-mw", description="Make LLM reasoning traffic correct.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the sidecar: a streaming reverse proxy in front of an upstream")
+    serve.add_argument("--upstream", required=True, help="upstream base URL, e.g. https://openrouter.ai/api/v1")
+    serve.add_argument(
+        "--provider", choices=sorted(PROVIDERS), help="the upstream's rules (default: inferred from its host)"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")
+    serve.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="request body limit in bytes")
+    serve.add_argument("--timeout", type=float, default=600.0, help="upstream read timeout in seconds")
+    serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+
+    request = commands.add_parser(
+        "request", help="read a client request body on stdin, write the body sent upstream on stdout"
+    )
+    request.add_argument("--provider", choices=sorted(PROVIDERS), default="generic", help="target provider")
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import httpx
+    import uvicorn
+
+    from numi_mw.proxy import create_app
+
+    app = create_app(
+        args.upstream,
+        provider=args.provider,
+        max_body_bytes=args.max_body_bytes,
+        timeout=httpx.Timeout(args.timeout, connect=10.0),
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def _request(args: argparse.Namespace) -> int:
+    body = sys.stdin.buffer.read()
+    try:
+        prepared = prepare_request(body, get_provider(args.provider))
+    except ApiError as error:
+        sys.stdout.buffer.write(error.to_bytes() + b"\n")
+        return 1
+    sys.stdout.buffer.write(prepared.body)
+    if not prepared.body.endswith(b"\n"):
+        sys.stdout.buffer.write(b"\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``numi-mw``; returns the process exit status (0 ok, 1 request rejected, 2 usage error)."""
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    return _request(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""Reasoning request controls (spec 004 "Request controls" and "Other fields").
+
+Two steps, both on a decoded request body (a ``dict`` numi_mw owns):
+
+1. ``fold_controls`` folds the shorthands into one canonical ``reasoning`` object: ``reasoning_effort`` becomes
+   ``reasoning.effort`` and wins over it (``null`` counts as omitted); ``include_reasoning`` (deprecated)
+   becomes ``reasoning.exclude = not include_reasoning`` and wins over it. Unfamiliar effort values and
+   unknown ``reasoning`` attributes stay as sent.
+2. ``encode_controls`` writes that object in the form the target provider understands
+   (``ProviderRules.controls_form``), so the upstream receives one form, never a shorthand and the object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from numi_mw.core.budget import DEFAULT_EFFORT, EFFORT_BUDGETS, generated_budget
+from numi_mw.core.errors import invalid_request
+from numi_mw.core.providers import ProviderRules
+
+SHORTHANDS = ("reasoning_effort", "include_reasoning")
+_EFFORT_FORM_KEYS = frozenset(("effort", "enabled", "exclude"))
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningControls:
+    """The effective reasoning controls of one request, after the shorthands are folded.
+
+    Attributes:
+        present: the request carries a reasoning control (``reasoning`` object or a shorthand with a value).
+        effort: the effective effort as sent (usually a ``str``; unfamiliar values kept), ``None`` if not sent.
+        enabled: ``reasoning.enabled`` as sent, ``None`` if not sent.
+        exclude: reasoning is to be kept out of the response (``reasoning.exclude`` or
+            ``include_reasoning: false``).
+        max_tokens: ``reasoning.max_tokens`` (a token budget) as sent, ``None`` if not sent.
+    """
+
+    present: bool = False
+    effort: Any = None
+    enabled: bool | None = None
+    exclude: bool = False
+    max_tokens: Any = None
+
+    @property
+    def off(self) -> bool:
+        """Reasoning is turned off: ``effort: "none"`` or ``enabled: false`` (spec 004 "reasoning")."""
+        return self.effort == "none" or self.enabled is False
+
+
+NO_CONTROLS = ReasoningControls()
+
+
+def _check_bool(value: object, param: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise invalid_request(f"{param} must be true or false, not {type(value).__name__}.", param)
+
+
+def fold_controls(body: dict[str, Any]) -> tuple[ReasoningControls, bool]:
+    """Fold ``reasoning_effort`` and ``include_reasoning`` into ``body["reasoning"]``, in place.
+
+    The ``reasoning`` key keeps its position; when only shorthands were sent it takes the first shorthand's
+    position. ``reasoning: null`` and shorthands set to ``null`` count as omitted and are removed.
+
+    Returns:
+        ``(controls, changed)``: the effective controls and whether ``body`` was modified.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` when ``reasoning`` is not an object, ``reasoning_effort`` is not a
+            string, or ``include_reasoning``, ``reasoning.exclude`` or ``reasoning.enabled`` is not a boolean.
+    """
+    has_object = "reasoning" in body
+    has_shorthand = "reasoning_effort" in body or "include_reasoning" in body
+    if not (has_object or has_shorthand):
+        return NO_CONTROLS, False
+    raw = body.get("reasoning")
+    if raw is not None and not isinstance(raw, dict):
+        raise invalid_request(f"reasoning must be an object, not {type(raw).__name__}.", "reasoning")
+    effort_alias = body.get("reasoning_effort")
+    if effort_alias is not None and not isinstance(effort_alias, str):
+        raise invalid_request(
+            f"reasoning_effort must be a string or null, not {type(effort_alias).__name__}.",
+            "reasoning_effort",
+        )
+    include = _check_bool(body.get("include_reasoning"), "include_reasoning")
+
+    obj: dict[str, Any] | None = raw
+    if effort_alias is not None or include is not None:
+        obj = dict(raw) if raw is not None else {}
+        if effort_alias is not None:
+            obj["effort"] = effort_alias
+        if include is not None:
+            obj["exclude"] = not include
+    changed = has_shorthand or (has_object and raw is None)
+    if changed:
+        _place_reasoning(body, obj)
+    if obj is None:
+        return NO_CONTROLS, changed
+    exclude = _check_bool(obj.get("exclude"), "reasoning.exclude")
+    enabled = _check_bool(obj.get("enabled"), "reasoning.enabled")
+    controls = ReasoningControls(
+        present=True,
+        effort=obj.get("effort"),
+        enabled=enabled,
+        exclude=bool(exclude),
+        max_tokens=obj.get("max_tokens"),
+    )
+    return controls, changed
+
+
+def _place_reasoning(body: dict[str, Any], obj: dict[str, Any] | None) -> None:
+    """Drop the shorthands and set ``reasoning`` (or remove it when ``obj`` is None), keeping key order."""
+    items: list[tuple[str, Any]] = []
+    placed = False
+    for key, value in body.items():
+        if key == "reasoning" or key in SHORTHANDS:
+            if not placed and obj is not None:
+                items.append(("reasoning", obj))
+            placed = True
+            continue
+        items.append((key, value))
+    body.clear()
+    body.update(items)
+
+
+def encode_controls(body: dict[str, Any], controls: ReasoningControls, rules: ProviderRules) -> bool:
+    """Write the folded ``reasoning`` object in ``rules.controls_form``, in place.
+
+    - ``object``: the ``reasoning`` object as folded.
+    - ``effort``: ``reasoning_effort`` (``enabled: false`` becomes ``"none"``; ``enabled: true`` or ``{}``
+      send nothing, the model's default), plus ``include_reasoning: false`` when excluded and the provider
+      honours it. An object with other attributes (``max_tokens``, unknown ones) is kept as the object.
+    - ``zai-thinking``: ``thinking: {"type": "disabled"}`` when off, else
+      ``{"type": "enabled", "clear_thinking": false}`` (spec 000 "Provider-Specific Handling").
+    - ``anthropic-thinking``: ``thinking: {"type": "enabled", "budget_tokens": N}``: an explicit
+      ``reasoning.max_tokens`` is sent as is; an effort (or the default, ``medium``) becomes a generated budget
+      capped below ``max_tokens`` (spec 004 "Output limits and billing"); off sends ``{"type": "disabled"}``.
+
+    A ``thinking`` object the client sent itself is never replaced. Returns whether ``body`` changed.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` on ``reasoning.effort`` for an effort that has no thinking budget
+            on the ``anthropic-thinking`` form.
+    """
+    obj = body.get("reasoning")
+    if rules.controls_form == "object" or not isinstance(obj, dict):
+        return False
+    if rules.controls_form == "effort":
+        if not _EFFORT_FORM_KEYS.issuperset(obj):
+            return False
+        replacement: dict[str, Any] = {}
+        if controls.effort is not None:
+            replacement["reasoning_effort"] = controls.effort
+        elif controls.enabled is False:
+            replacement["reasoning_effort"] = "none"
+        if controls.exclude and rules.send_include_reasoning:
+            replacement["include_reasoning"] = False
+        _replace_key(body, "reasoning", replacement)
+        return True
+    thinking: dict[str, Any] | None
+    if rules.controls_form == "zai-thinking":
+        thinking = {"type": "disabled"} if controls.off else {"type": "enabled", "clear_thinking": False}
+    else:
+        thinking = _anthropic_thinking(body, controls)
+    if "thinking" in body or thinking is None:
+        _replace_key(body, "reasoning", {})
+    else:
+        _replace_key(body, "reasoning", {"thinking": thinking})
+    return True
+
+
+def _anthropic_thinking(body: dict[str, Any], controls: ReasoningControls) -> dict[str, Any] | None:
+    if controls.off:
+        return {"type": "disabled"}
+    if controls.max_tokens is not None:
+        return {"type": "enabled", "budget_tokens": controls.max_tokens}
+    effort = DEFAULT_EFFORT if controls.effort is None else controls.effort
+    if not isinstance(effort, str) or effort not in EFFORT_BUDGETS:
+        known = ", ".join(EFFORT_BUDGETS)
+        raise invalid_request(
+            f"Effort {effort!r} has no thinking budget on this provider; use one of {known}, "
+            "or set reasoning.max_tokens.",
+            "reasoning.effort",
+        )
+    limit = body.get("max_tokens", body.get("max_completion_tokens"))
+    budget = generated_budget(effort, limit)
+    return None if budget is None else {"type": "enabled", "budget_tokens": budget}
+
+
+def _replace_key(body: dict[str, Any], key: str, replacement: dict[str, Any]) -> None:
+    """Replace ``key`` by the items of ``replacement`` at the same position."""
+    items: list[tuple[str, Any]] = []
+    for k, v in body.items():
+        if k == key:
+            items.extend(replacement.items())
+        elif k not in replacement:
+            items.append((k, v))
+    body.clear()
+    body.update(items)

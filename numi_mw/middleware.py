@@ -1,0 +1,110 @@
+"""``ReasoningMiddleware``: pure ASGI middleware that normalizes chat completions requests.
+
+Mount it in any ASGI app (Starlette, FastAPI). It rewrites the body of ``POST …/chat/completions`` requests
+with a JSON body through ``numi_mw.core.request.prepare_request`` and fixes ``content-length``; everything
+else (other paths and methods, websockets, lifespan, non-JSON bodies) passes through untouched. Responses are
+never buffered.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from numi_mw.asgi import send_error
+from numi_mw.core.errors import ApiError
+from numi_mw.core.providers import ProviderRules, get_provider
+from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
+
+
+class ReasoningMiddleware:
+    """Normalize reasoning in chat completions requests before the wrapped app sees them.
+
+    Args:
+        app: the wrapped ASGI application.
+        provider: the target provider whose rules apply (``openrouter``, ``ppq``, ``openai``, ``inception``,
+            ``anthropic``, ``zai``, ``deepseek``, ``local``, ``generic``), or a ``ProviderRules``.
+        max_body_bytes: request body limit in bytes; a larger body gets 413 ``payload_too_large``.
+
+    Raises:
+        ValueError: ``provider`` is not a known provider name.
+
+    Bad requests on a chat completions path (not JSON, wrong shape) get the OpenAI-style error body with
+    status 400 and never reach the wrapped app.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        provider: str | ProviderRules = "generic",
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        self.app = app
+        self.rules = provider if isinstance(provider, ProviderRules) else get_provider(provider)
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not is_chat_completions(scope["method"], scope["path"]) or not _is_json(scope):
+            await self.app(scope, receive, send)
+            return
+        await _RequestResponder(self, scope, receive, send).run()
+
+
+def _is_json(scope: Scope) -> bool:
+    for key, value in scope["headers"]:
+        if key == b"content-type":
+            return b"json" in value.lower()
+    return True
+
+
+class _RequestResponder:
+    """The per-request state of ``ReasoningMiddleware`` (the Starlette ``GZipResponder`` pattern)."""
+
+    def __init__(self, mw: ReasoningMiddleware, scope: Scope, receive: Receive, send: Send) -> None:
+        self.mw = mw
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.replayed = False
+        self.body = b""
+
+    async def run(self) -> None:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.mw.max_body_bytes:
+                await send_error(self.send, _too_large(self.mw.max_body_bytes))
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        try:
+            prepared = prepare_request(b"".join(chunks), self.mw.rules, max_body_bytes=self.mw.max_body_bytes)
+        except ApiError as error:
+            await send_error(self.send, error)
+            return
+        self.body = prepared.body
+        scope = self.scope
+        if prepared.changed:
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+            headers.append((b"content-length", str(len(self.body)).encode()))
+            scope = {**scope, "headers": headers}
+        await self.mw.app(scope, self.replay, self.send)
+
+    async def replay(self) -> Message:
+        """Give the (rewritten) body once, then delegate to the original ``receive``."""
+        if self.replayed:
+            return await self.receive()
+        self.replayed = True
+        return {"type": "http.request", "body": self.body, "more_body": False}
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(
+        413, "payload_too_large", f"The request body is over the limit of {limit} bytes; send less history."
+    )

@@ -1,0 +1,186 @@
+"""``create_app``: the sidecar's Starlette app with one shared ``httpx.AsyncClient``.
+
+The sidecar's ``/v1`` stands for the upstream base URL (which may carry a path, e.g.
+``https://openrouter.ai/api/v1``): ``/v1/chat/completions`` reaches ``<base>/chat/completions``. Chat
+completions requests are normalized (``numi_mw.core.request``); every other method and path is forwarded as
+is. Response bodies stream back chunk by chunk, never buffered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+
+import httpx
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from numi_mw.asgi import HOP_BY_HOP, without_headers
+from numi_mw.core.errors import ApiError
+from numi_mw.core.providers import ProviderRules, get_provider, infer_provider
+from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
+
+log = logging.getLogger("numi_mw.proxy")
+
+DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+"""Upstream timeouts in seconds: 10 to connect, 600 for each read (reasoning can take minutes to start)."""
+
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+_DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
+_DROP_RESPONSE = HOP_BY_HOP | {b"content-length"}
+
+
+def _error_response(error: ApiError) -> Response:
+    return Response(error.to_bytes(), status_code=error.status, media_type="application/json")
+
+
+def _no_cookies() -> httpx.Cookies:
+    """A cookie jar that accepts no cookie, so the shared client never carries one between requests."""
+    return httpx.Cookies(CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])))
+
+
+class _Sidecar:
+    """Configuration and the shared client; per-request state lives in ``handle``'s locals."""
+
+    def __init__(
+        self,
+        upstream: str,
+        rules: ProviderRules,
+        max_body_bytes: int,
+        timeout: httpx.Timeout,
+        transport: httpx.AsyncBaseTransport | None,
+    ) -> None:
+        self.base = httpx.URL(upstream.rstrip("/"))
+        self.rules = rules
+        self.max_body_bytes = max_body_bytes
+        self.timeout = timeout
+        self.transport = transport
+        self.client: httpx.AsyncClient | None = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        async with httpx.AsyncClient(
+            timeout=self.timeout,
+            cookies=_no_cookies(),
+            follow_redirects=False,
+            transport=self.transport,
+            trust_env=False,
+        ) as client:
+            self.client = client
+            try:
+                yield
+            finally:
+                self.client = None
+
+    def target(self, path: str, query: bytes) -> httpx.URL:
+        """The upstream URL for a sidecar ``path``: a leading ``/v1`` stands for the base URL's path."""
+        if path == "/v1" or path.startswith("/v1/"):
+            path = path[3:]
+        url = self.base.copy_with(raw_path=self.base.raw_path.rstrip(b"/") + path.encode())
+        return url.copy_with(query=query) if query else url
+
+    async def handle(self, request: Request) -> Response:
+        client = self.client
+        if client is None:  # pragma: no cover - only without lifespan
+            raise RuntimeError("the sidecar's lifespan has not started")
+        method = request.method
+        content: bytes | AsyncIterator[bytes]
+        if is_chat_completions(method, request.url.path):
+            declared = request.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+                return _error_response(_too_large(self.max_body_bytes))
+            try:
+                prepared = prepare_request(await request.body(), self.rules, max_body_bytes=self.max_body_bytes)
+            except ApiError as error:
+                return _error_response(error)
+            content = prepared.body
+        else:
+            content = request.stream()
+        headers = without_headers(request.headers.raw, _DROP_REQUEST)
+        headers.append((b"accept-encoding", b"identity"))
+        upstream_request = client.build_request(
+            method,
+            self.target(request.url.path, request.scope.get("query_string", b"")),
+            headers=headers,
+            content=content,
+        )
+        try:
+            upstream = await client.send(upstream_request, stream=True)
+        except httpx.TimeoutException:
+            return _error_response(
+                ApiError(504, "upstream_timeout", "The upstream did not answer in time; try again later.")
+            )
+        except httpx.TransportError as exc:
+            log.warning("upstream unreachable: %s", exc)
+            return _error_response(
+                ApiError(502, "upstream_unavailable", "The upstream could not be reached; try again later.")
+            )
+        response_headers = without_headers(upstream.headers.raw, _DROP_RESPONSE)
+        response = StreamingResponse(
+            _relay(upstream), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
+        )
+        response.raw_headers = response_headers
+        return response
+
+
+async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:
+    """Yield the upstream body chunk by chunk as it arrives; close the upstream response on every path."""
+    try:
+        async for chunk in upstream.aiter_raw():
+            yield chunk
+    except httpx.TransportError as exc:
+        log.warning("upstream stream ended early: %s", exc)
+    finally:
+        await upstream.aclose()
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(
+        413, "payload_too_large", f"The request body is over the limit of {limit} bytes; send less history."
+    )
+
+
+def create_app(
+    upstream: str,
+    *,
+    provider: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Starlette:
+    """Build the sidecar app for one upstream.
+
+    Args:
+        upstream: the upstream base URL, e.g. ``https://openrouter.ai/api/v1`` or ``http://127.0.0.1:8000/v1``.
+        provider: the provider whose rules apply; inferred from the upstream host when ``None``
+            (``numi_mw.core.providers.infer_provider``).
+        max_body_bytes: request body limit in bytes (413 ``payload_too_large`` above it).
+        timeout: upstream timeouts in seconds (a read timeout applies between chunks).
+        transport: an ``httpx`` transport for the upstream (tests); the default opens real connections.
+
+    Raises:
+        ValueError: ``provider`` is not a known provider name.
+
+    Errors reach the client as the OpenAI-style error body: 400 for bad chat completions bodies, 413 over the
+    body limit, 502 ``upstream_unavailable``, 504 ``upstream_timeout``. An upstream's own error response is
+    passed through unchanged.
+    """
+    rules = get_provider(provider if provider is not None else infer_provider(upstream))
+    sidecar = _Sidecar(
+        upstream,
+        rules,
+        max_body_bytes,
+        timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
+        transport,
+    )
+    app = Starlette(
+        routes=[Route("/{path:path}", sidecar.handle, methods=_METHODS)],
+        lifespan=sidecar.lifespan,
+    )
+    app.state.sidecar = sidecar
+    return app
