@@ -1,0 +1,28 @@
+"""Shared fixtures: the ``../shared`` folder (recorded traffic and handed cases) beside the repository."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """The ``shared/`` folder beside the repository; skips the test when it is absent (a user's clone)."""
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} is absent: recorded fixtures and handed cases live outside the repository")
+    return SHARED
+
+
+def load_case(shared: Path, case_id: str) -> dict[str, Any]:
+    """One handed case of ``cases/public-bugs.json`` by id (e.g. ``PB-15``)."""
+    cases: list[dict[str, Any]] = json.loads((shared / "cases" / "public-bugs.json").read_text())
+    for case in cases:
+        if case["id"] == case_id:
+            return case
+    raise KeyError(case_id)

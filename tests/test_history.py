@@ -1,0 +1,146 @@
+"""The reasoning / reasoning_content table (spec 004 "Preserve reasoning across turns"), per provider."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from numi_mw.core.errors import ApiError
+from numi_mw.core.providers import PROVIDERS, get_provider
+from numi_mw.core.request import prepare_request
+
+REASONING_PROVIDERS = ["openrouter", "ppq"]
+CONTENT_PROVIDERS = sorted(set(PROVIDERS) - set(REASONING_PROVIDERS))
+
+
+def upstream_assistant(provider: str, **fields: Any) -> dict[str, Any]:
+    """The assistant message the upstream receives for an assistant message with ``fields``."""
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello.", **fields}],
+    }
+    out = json.loads(prepare_request(json.dumps(body).encode(), get_provider(provider)).body)
+    assert out["messages"][0] == {"role": "user", "content": "Hi"}
+    message: dict[str, Any] = out["messages"][1]
+    return message
+
+
+# Row 1: nonempty reasoning_content, with reasoning absent or empty.
+@pytest.mark.parametrize("provider", REASONING_PROVIDERS)
+@pytest.mark.parametrize("extra", [{}, {"reasoning": ""}])
+def test_row1_openrouter_and_ppq_send_the_text_as_reasoning(provider: str, extra: dict[str, str]) -> None:
+    message = upstream_assistant(provider, reasoning_content="Spell it out.", **extra)
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning": "Spell it out."}
+
+
+@pytest.mark.parametrize("provider", CONTENT_PROVIDERS)
+@pytest.mark.parametrize("extra", [{}, {"reasoning": ""}])
+def test_row1_other_sources_retain_reasoning_content(provider: str, extra: dict[str, str]) -> None:
+    message = upstream_assistant(provider, reasoning_content="Spell it out.", **extra)
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning_content": "Spell it out."}
+
+
+# Row 2: both fields contain the same string: one representation.
+@pytest.mark.parametrize("provider", REASONING_PROVIDERS)
+def test_row2_same_string_sent_once_as_reasoning(provider: str) -> None:
+    message = upstream_assistant(provider, reasoning="Same.", reasoning_content="Same.")
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning": "Same."}
+
+
+@pytest.mark.parametrize("provider", CONTENT_PROVIDERS)
+def test_row2_same_string_sent_once_as_reasoning_content(provider: str) -> None:
+    message = upstream_assistant(provider, reasoning="Same.", reasoning_content="Same.")
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning_content": "Same."}
+
+
+# Row 3: reasoning_content "" is retained.
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_row3_explicit_empty_reasoning_content_is_retained(provider: str) -> None:
+    message = upstream_assistant(provider, reasoning_content="")
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning_content": ""}
+
+
+# Row 4: reasoning "" with no reasoning_content is omitted.
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_row4_empty_reasoning_alone_is_omitted(provider: str) -> None:
+    message = upstream_assistant(provider, reasoning="")
+    assert message == {"role": "assistant", "content": "Hello."}
+
+
+# Row 5: other distinct values both stay.
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+@pytest.mark.parametrize(("r", "rc"), [("Visible.", "Raw."), ("Visible.", "")])
+def test_row5_distinct_values_stay_independent(provider: str, r: str, rc: str) -> None:
+    message = upstream_assistant(provider, reasoning=r, reasoning_content=rc)
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning": r, "reasoning_content": rc}
+
+
+# The open row: reasoning alone goes to reasoning_content providers as reasoning_content.
+@pytest.mark.parametrize("provider", CONTENT_PROVIDERS)
+def test_reasoning_alone_replays_as_reasoning_content(provider: str) -> None:
+    message = upstream_assistant(provider, reasoning="From a numi_mw reply.")
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning_content": "From a numi_mw reply."}
+
+
+@pytest.mark.parametrize("provider", REASONING_PROVIDERS)
+def test_reasoning_alone_stays_for_openrouter(provider: str) -> None:
+    raw = json.dumps(
+        {"model": "m", "messages": [{"role": "assistant", "content": "Hello.", "reasoning": "Kept."}]}
+    ).encode()
+    assert prepare_request(raw, get_provider(provider)).body is raw
+
+
+def test_key_position_is_kept_when_renaming() -> None:
+    message = upstream_assistant("openrouter", reasoning_content="R.", tool_calls=[])
+    assert list(message) == ["role", "content", "reasoning", "tool_calls"]
+
+
+@pytest.mark.parametrize("provider", ["openrouter", "generic"])
+def test_non_string_values_pass_unchanged(provider: str) -> None:
+    message = upstream_assistant(provider, reasoning=None, reasoning_content={"x": 1})
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning": None, "reasoning_content": {"x": 1}}
+
+
+def test_only_assistant_messages_are_touched() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi", "reasoning_content": "user text"}]}
+    raw = json.dumps(body).encode()
+    assert prepare_request(raw, get_provider("openrouter")).body is raw
+
+
+DETAILS = [
+    {"type": "reasoning.text", "text": "Plan.", "signature": "EqQBCkgIBxABGAIqQ...", "format": "anthropic-claude-v1"},
+    {"type": "reasoning.text", "text": "", "signature": ""},
+    {"type": "reasoning.summary", "summary": "S", "format": "openai-responses-v1", "index": 1},
+    {"type": "reasoning.encrypted", "data": "gAAAAB" + "x" * 64, "id": "rs_1", "format": "openai-responses-v1"},
+    {"type": "reasoning.vendor-new", "blob": {"nested": [1, "2"]}, "unknown_field": True},
+    {},
+]
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_reasoning_details_forwarded_unchanged(provider: str) -> None:
+    details = copy.deepcopy(DETAILS)
+    message = upstream_assistant(provider, reasoning_content="Plan.", reasoning_details=details)
+    assert message["reasoning_details"] == DETAILS
+    assert [list(d) for d in message["reasoning_details"]] == [list(d) for d in DETAILS]
+
+
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [("hi", "messages"), ({"role": "user"}, "messages"), ([{"role": "user"}, "text"], "messages[1]")],
+)
+def test_messages_of_the_wrong_shape_get_400(messages: object, param: str) -> None:
+    raw = json.dumps({"model": "m", "reasoning_effort": "high", "messages": messages}).encode()
+    with pytest.raises(ApiError) as info:
+        prepare_request(raw, get_provider("generic"))
+    assert info.value.body() == {
+        "error": {
+            "message": info.value.message,
+            "type": "invalid_request_error",
+            "code": "invalid_request",
+            "param": param,
+        }
+    }

@@ -1,0 +1,124 @@
+"""``prepare_request``: bytes in, bytes out; the prefilter, semantics kept, errors as data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from numi_mw.core.errors import ApiError
+from numi_mw.core.providers import get_provider, infer_provider
+from numi_mw.core.request import is_chat_completions, needs_decoding, prepare_request
+
+OPENROUTER = get_provider("openrouter")
+
+
+def test_body_without_reasoning_is_the_original_bytes_object() -> None:
+    raw = b'{"model": "m",  "messages": [{"role": "user", "content": "Hi"}], "temperature": 0.70}'
+    assert needs_decoding(raw) is False
+    prepared = prepare_request(raw, OPENROUTER)
+    assert prepared.body is raw
+    assert prepared.changed is False
+
+
+def test_escaped_key_is_not_missed_by_the_prefilter() -> None:
+    raw = b'{"model": "m", "\\u0072easoning_effort": "high"}'
+    assert needs_decoding(raw) is True
+    assert json.loads(prepare_request(raw, OPENROUTER).body) == {"model": "m", "reasoning": {"effort": "high"}}
+
+
+def test_decoded_but_unchanged_body_is_the_original_bytes() -> None:
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "caf\\u00e9 reasoning"}]}'
+    prepared = prepare_request(raw, OPENROUTER)
+    assert prepared.body is raw
+
+
+def test_everything_else_is_semantically_unchanged() -> None:
+    body = {
+        "model": "vendor/model",
+        "temperature": 0.1,
+        "top_p": 1.0,
+        "seed": 12345678901234,
+        "big": 18446744073709551615,
+        "tiny": 1e-300,
+        "neg": -0.0,
+        "unicode": "naïve 日本語 \U0001f600 \u2028",
+        "unknown_param": {"nested": [None, True, False, 1.5]},
+        "reasoning_effort": "high",
+        "messages": [{"role": "user", "content": "x"}],
+    }
+    out = json.loads(prepare_request(json.dumps(body).encode(), OPENROUTER).body)
+    expected = dict(body)
+    del expected["reasoning_effort"]
+    expected = {k: v for k, v in expected.items() if k != "messages"} | {
+        "reasoning": {"effort": "high"},
+        "messages": body["messages"],
+    }
+    assert out == expected
+    assert list(out) == [
+        "model", "temperature", "top_p", "seed", "big", "tiny", "neg", "unicode", "unknown_param", "reasoning",
+        "messages",
+    ]  # fmt: skip
+    assert repr(out["neg"]) == "-0.0"
+    assert isinstance(out["top_p"], float)
+
+
+def test_not_json_is_400_invalid_json() -> None:
+    with pytest.raises(ApiError) as info:
+        prepare_request(b'{"model": "m", "reasoning_effort": ', OPENROUTER)
+    assert info.value.status == 400
+    assert info.value.code == "invalid_json"
+    assert info.value.param is None
+    assert info.value.type == "invalid_request_error"
+
+
+def test_body_not_an_object_is_400_invalid_request() -> None:
+    with pytest.raises(ApiError) as info:
+        prepare_request(b'["reasoning"]', OPENROUTER)
+    assert (info.value.status, info.value.code, info.value.param) == (400, "invalid_request", None)
+
+
+def test_body_over_the_limit_is_413() -> None:
+    with pytest.raises(ApiError) as info:
+        prepare_request(b'{"model": "m"}', OPENROUTER, max_body_bytes=13)
+    assert (info.value.status, info.value.code) == (413, "payload_too_large")
+    assert prepare_request(b'{"model": "m"}', OPENROUTER, max_body_bytes=14).changed is False
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "expected"),
+    [
+        ("POST", "/v1/chat/completions", True),
+        ("POST", "/api/v1/chat/completions/", True),
+        ("POST", "/chat/completions", True),
+        ("GET", "/v1/chat/completions", False),
+        ("POST", "/v1/completions", False),
+        ("POST", "/v1/chat/completions/abc", False),
+    ],
+)
+def test_chat_completions_paths(method: str, path: str, expected: bool) -> None:
+    assert is_chat_completions(method, path) is expected
+
+
+@pytest.mark.parametrize(
+    ("url", "provider"),
+    [
+        ("https://openrouter.ai/api/v1", "openrouter"),
+        ("https://api.openai.com/v1", "openai"),
+        ("https://api.anthropic.com/v1", "anthropic"),
+        ("https://api.z.ai/api/paas/v4", "zai"),
+        ("https://api.deepseek.com", "deepseek"),
+        ("https://api.inceptionlabs.ai/v1", "inception"),
+        ("https://api.ppq.ai", "ppq"),
+        ("http://127.0.0.1:8000/v1", "local"),
+        ("http://localhost:11434/v1", "local"),
+        ("https://llm.example.com/v1", "generic"),
+    ],
+)
+def test_provider_inferred_from_host(url: str, provider: str) -> None:
+    assert infer_provider(url) == provider
+
+
+def test_unknown_provider_name_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown provider 'nope'; use one of: openrouter, ppq"):
+        get_provider("nope")
