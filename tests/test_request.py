@@ -122,3 +122,19 @@ def test_provider_inferred_from_host(url: str, provider: str) -> None:
 def test_unknown_provider_name_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown provider 'nope'; use one of: openrouter, ppq"):
         get_provider("nope")
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        (b"{not json", "invalid_json"),
+        (b'{"a": [1,}', "invalid_json"),
+        (b"[1, 2]", "invalid_request"),
+        (b"", "invalid_json"),
+    ],
+)
+def test_bodies_the_prefilter_passes_are_still_checked(raw: bytes, code: str) -> None:
+    assert needs_decoding(raw) is False
+    with pytest.raises(ApiError) as info:
+        prepare_request(raw, OPENROUTER)
+    assert (info.value.status, info.value.code, info.value.param) == (400, code, None)

@@ -10,6 +10,7 @@ from numi_mw.core.errors import ApiError
 
 encoder = msgspec.json.Encoder()
 decoder = msgspec.json.Decoder()
+_object_checker = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 def encode(value: Any) -> bytes:
@@ -17,15 +18,40 @@ def encode(value: Any) -> bytes:
     return encoder.encode(value)
 
 
-def decode_body(body: bytes) -> Any:
-    """Decode a JSON request body to builtins.
+def _not_json(exc: msgspec.DecodeError) -> ApiError:
+    return ApiError(400, "invalid_json", f"The request body is not valid JSON ({exc}); send a JSON object.", None)
+
+
+def _not_object() -> ApiError:
+    return ApiError(400, "invalid_request", "The request body must be a JSON object.", None)
+
+
+def check_object(body: bytes) -> None:
+    """Check that ``body`` is one JSON object without building its values (nested values are skipped).
 
     Raises:
-        ApiError: 400 ``invalid_json`` when ``body`` is not JSON (DESIGN.md error table).
+        ApiError: 400 ``invalid_json`` when ``body`` is not JSON; 400 ``invalid_request`` when it is JSON but
+            not an object.
     """
     try:
-        return decoder.decode(body)
+        _object_checker.decode(body)
+    except msgspec.ValidationError:
+        raise _not_object() from None
     except msgspec.DecodeError as exc:
-        raise ApiError(
-            400, "invalid_json", f"The request body is not valid JSON ({exc}); send a JSON object.", None
-        ) from None
+        raise _not_json(exc) from None
+
+
+def decode_object(body: bytes) -> dict[str, Any]:
+    """Decode a JSON request body that must be an object to builtins.
+
+    Raises:
+        ApiError: 400 ``invalid_json`` when ``body`` is not JSON; 400 ``invalid_request`` when it is not an
+            object (DESIGN.md error table).
+    """
+    try:
+        data = decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise _not_json(exc) from None
+    if not isinstance(data, dict):
+        raise _not_object()
+    return data

@@ -52,7 +52,8 @@ def prepare_request(
     Folds the reasoning controls (``controls.fold_controls``), writes them in the provider's form
     (``controls.encode_controls``) and applies the reasoning / reasoning_content table to the assistant history
     (``history.normalize_messages``). Everything else is semantically unchanged; a body with nothing to
-    normalize is returned as the original bytes, decided by a byte prefilter without decoding.
+    normalize is returned as the original bytes, decided by a byte prefilter without decoding (such a body is
+    only checked to be one JSON object, without building its values).
 
     Args:
         body: the client's request body (UTF-8 JSON bytes).
@@ -70,10 +71,9 @@ def prepare_request(
             f"The request body is {len(body)} bytes, over the limit of {max_body_bytes} bytes; send less history.",
         )
     if not needs_decoding(body):
+        codec.check_object(body)
         return PreparedRequest(body, False, NO_CONTROLS)
-    data = codec.decode_body(body)
-    if not isinstance(data, dict):
-        raise ApiError(400, "invalid_request", "The request body must be a JSON object.", None)
+    data = codec.decode_object(body)
     controls, changed = normalize_body(data, rules)
     stream = data.get("stream") is True
     if not changed:

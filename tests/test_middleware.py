@@ -1,0 +1,200 @@
+"""``ReasoningMiddleware`` in Starlette and FastAPI, and a raw ASGI drive proving responses stream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+from fastapi import FastAPI
+from fastapi import Request as FastAPIRequest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.testclient import TestClient
+from starlette.types import Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
+
+from numi_mw import ReasoningMiddleware
+
+SEEN: list[dict[str, Any]] = []
+
+
+async def echo(request: Request) -> Response:
+    body = await request.body()
+    SEEN.append({"body": body, "content-length": request.headers.get("content-length"), "path": request.url.path})
+    return Response(body, media_type="application/json")
+
+
+async def ws(websocket: WebSocket) -> None:
+    await websocket.accept()
+    await websocket.send_text(await websocket.receive_text())
+    await websocket.close()
+
+
+def starlette_app(provider: str = "openrouter") -> TestClient:
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", echo, methods=["POST"]),
+            Route("/v1/embeddings", echo, methods=["POST"]),
+            WebSocketRoute("/ws", ws),
+        ]
+    )
+    app.add_middleware(ReasoningMiddleware, provider=provider)
+    return TestClient(app)
+
+
+def fastapi_app() -> TestClient:
+    app = FastAPI()
+
+    @app.post("/api/v1/chat/completions")
+    async def chat(request: FastAPIRequest) -> dict[str, Any]:
+        data: dict[str, Any] = await request.json()
+        return data
+
+    app.add_middleware(ReasoningMiddleware, provider="ppq")
+    return TestClient(app)
+
+
+REQUEST = {
+    "model": "m",
+    "reasoning_effort": "high",
+    "messages": [{"role": "assistant", "content": "Hi", "reasoning_content": "Think."}],
+}
+
+
+def test_starlette_app_sees_the_normalized_body_and_content_length() -> None:
+    SEEN.clear()
+    with starlette_app() as client:
+        response = client.post("/v1/chat/completions", content=json.dumps(REQUEST))
+    expected = (
+        b'{"model":"m","reasoning":{"effort":"high"},'
+        b'"messages":[{"role":"assistant","content":"Hi","reasoning":"Think."}]}'
+    )
+    assert response.status_code == 200
+    assert [{"body": expected, "content-length": str(len(expected)), "path": "/v1/chat/completions"}] == SEEN
+
+
+def test_fastapi_app_sees_the_normalized_body() -> None:
+    with fastapi_app() as client:
+        response = client.post("/api/v1/chat/completions", json=REQUEST)
+    assert response.json() == {
+        "model": "m",
+        "reasoning": {"effort": "high"},
+        "messages": [{"role": "assistant", "content": "Hi", "reasoning": "Think."}],
+    }
+
+
+def test_other_paths_and_non_json_bodies_pass_untouched() -> None:
+    SEEN.clear()
+    raw = b'{"reasoning_effort": "high"}'
+    with starlette_app() as client:
+        client.post("/v1/embeddings", content=raw)
+        client.post("/v1/chat/completions", content=raw, headers={"content-type": "text/plain"})
+    assert [seen["body"] for seen in SEEN] == [raw, raw]
+
+
+def test_websockets_pass_through() -> None:
+    with starlette_app() as client, client.websocket_connect("/ws") as socket:
+        socket.send_text('{"reasoning_effort": "high"}')
+        assert socket.receive_text() == '{"reasoning_effort": "high"}'
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "param"),
+    [
+        (b"{not json", 400, "invalid_json", None),
+        (b'{"reasoning": 5}', 400, "invalid_request", "reasoning"),
+        (b'{"messages": "x", "reasoning_effort": "low"}', 400, "invalid_request", "messages"),
+    ],
+)
+def test_bad_bodies_get_the_error_body_and_never_reach_the_app(
+    body: bytes, status: int, code: str, param: str | None
+) -> None:
+    SEEN.clear()
+    with starlette_app() as client:
+        response = client.post("/v1/chat/completions", content=body)
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", code, param)
+    assert SEEN == []
+
+
+def test_body_over_the_limit_gets_413() -> None:
+    app = Starlette(routes=[Route("/v1/chat/completions", echo, methods=["POST"])])
+    app.add_middleware(ReasoningMiddleware, provider="generic", max_body_bytes=10)
+    with TestClient(app) as client:
+        response = client.post("/v1/chat/completions", content=b'{"model": "long-name"}')
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+
+
+def test_unknown_provider_fails_at_construction() -> None:
+    with pytest.raises(ValueError, match="unknown provider"):
+        ReasoningMiddleware(Starlette(), provider="nope")
+
+
+async def test_raw_asgi_drive_streams_event_by_event() -> None:
+    """The app's second event is produced only after the client has received the first one."""
+    first_received = anyio.Event()
+
+    async def events() -> AsyncIterator[bytes]:
+        yield b'data: {"choices":[{"index":0,"delta":{"reasoning":"Spell"}}]}\n\n'
+        with anyio.fail_after(5):
+            await first_received.wait()
+        yield b"data: [DONE]\n\n"
+
+    async def stream(request: Request) -> Response:
+        await request.body()
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    app = ReasoningMiddleware(
+        Starlette(routes=[Route("/v1/chat/completions", stream, methods=["POST"])]), provider="openrouter"
+    )
+    body = json.dumps({**REQUEST, "stream": True}).encode()
+    sent: list[Message] = []
+    request_given = False
+    disconnect = anyio.Event()
+
+    async def receive() -> Message:
+        nonlocal request_given
+        if not request_given:
+            request_given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body" and message.get("body", b"").startswith(b"data: {"):
+            first_received.set()
+
+    scope: Scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    with anyio.fail_after(10):
+        await app(scope, receive, send)
+    disconnect.set()
+    bodies = [m.get("body", b"") for m in sent if m["type"] == "http.response.body"]
+    assert sent[0]["type"] == "http.response.start"
+    assert bodies[:2] == [b'data: {"choices":[{"index":0,"delta":{"reasoning":"Spell"}}]}\n\n', b"data: [DONE]\n\n"]
+    assert first_received.is_set()
+
+
+async def _unused(scope: Scope, receive: Receive, send: Send) -> None:  # keeps type imports honest
+    await JSONResponse({})(scope, receive, send)
