@@ -39,9 +39,13 @@ def _error_response(error: ApiError) -> Response:
     return Response(error.to_bytes(), status_code=error.status, media_type="application/json")
 
 
-def _no_cookies() -> httpx.Cookies:
-    """A cookie jar that accepts no cookie, so the shared client never carries one between requests."""
-    return httpx.Cookies(CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])))
+def _no_cookies() -> CookieJar:
+    """A cookie jar that accepts no cookie, so the shared client never carries one between requests.
+
+    Passed to ``httpx.AsyncClient`` as a ``CookieJar`` (an ``httpx.Cookies`` would be copied into a new jar
+    with the default policy).
+    """
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
 
 
 class _Sidecar:

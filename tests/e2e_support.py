@@ -1,0 +1,173 @@
+"""End-to-end helpers: a replay upstream on loopback and the real ``numi-mw serve`` process.
+
+The replay upstream serves recorded provider traffic as recorded and remembers every request it received.
+Which recording it serves is chosen by the test with request headers (the sidecar forwards them):
+``x-replay-fixture`` (a path under ``shared/fixtures``), ``x-replay-status``, ``x-replay-delay`` (seconds
+before the response starts) and ``x-replay-drip`` (seconds between SSE events).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.conftest import SHARED
+
+MODELS = {"object": "list", "data": [{"id": "replay/model", "object": "model", "owned_by": "replay"}]}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def split_events(raw: bytes) -> list[bytes]:
+    """Split recorded SSE bytes after each blank line (``\\n\\n``), keeping every byte."""
+    parts = raw.split(b"\n\n")
+    events = [part + b"\n\n" for part in parts[:-1]]
+    if parts[-1]:
+        events.append(parts[-1])
+    return events
+
+
+def fixture_body(name: str) -> tuple[bytes, str]:
+    """The recorded body of fixture ``name`` and its media type; ``.jsonl`` lines are framed as SSE."""
+    path = SHARED / "fixtures" / name
+    raw = path.read_bytes()
+    if name.endswith(".jsonl"):
+        lines = [line for line in raw.splitlines() if line.strip()]
+        return b"".join(b"data: " + line + b"\n\n" for line in lines) + b"data: [DONE]\n\n", "text/event-stream"
+    if name.endswith(".sse"):
+        return raw, "text/event-stream"
+    return raw, "application/json"
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class ReplayUpstream:
+    """A Starlette app on loopback, run by uvicorn in a thread."""
+
+    port: int = field(default_factory=free_port)
+    received: list[Received] = field(default_factory=list)
+    closed_streams: list[str] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def chat(self, request: Request) -> Response:
+        body = await request.body()
+        self.received.append(Received(request.method, request.url.path, dict(request.headers), body))
+        delay = float(request.headers.get("x-replay-delay", "0"))
+        if delay:
+            await anyio.sleep(delay)
+        status = int(request.headers.get("x-replay-status", "200"))
+        name = request.headers.get("x-replay-fixture")
+        if name is None:
+            return JSONResponse({"error": {"message": "replay: no fixture named"}}, status_code=status)
+        raw, media_type = fixture_body(name)
+        if media_type != "text/event-stream":
+            return Response(raw, status_code=status, media_type=media_type, headers={"set-cookie": "replay=1"})
+        drip = float(request.headers.get("x-replay-drip", "0"))
+        return StreamingResponse(self._events(name, raw, drip), status_code=status, media_type=media_type)
+
+    async def _events(self, name: str, raw: bytes, drip: float) -> AsyncIterator[bytes]:
+        try:
+            for event in split_events(raw):
+                yield event
+                if drip:
+                    await anyio.sleep(drip)
+        finally:
+            self.closed_streams.append(name)
+
+    async def models(self, request: Request) -> Response:
+        self.received.append(Received(request.method, request.url.path, dict(request.headers), b""))
+        return JSONResponse(MODELS)
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+            ]
+        )
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[ReplayUpstream]:
+        config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("replay upstream did not start within 10 s")
+            time.sleep(0.01)
+        try:
+            yield self
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+
+
+def numi_mw_command() -> list[str]:
+    """The installed ``numi-mw`` console script (beside this interpreter), else ``python -m numi_mw.cli``."""
+    script = Path(sys.executable).parent / "numi-mw"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("numi-mw")
+    return [found] if found else [sys.executable, "-m", "numi_mw.cli"]
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"numi-mw exited early with status {process.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"numi-mw did not listen on 127.0.0.1:{port} within {seconds} s")
+
+
+@contextlib.contextmanager
+def sidecar(upstream: str, *args: str) -> Iterator[str]:
+    """Run ``numi-mw serve --upstream UPSTREAM ARGS`` on a free loopback port; yields its ``/v1`` base URL."""
+    port = free_port()
+    command = [*numi_mw_command(), "serve", "--upstream", upstream, "--port", str(port), "--log-level", "warning"]
+    process = subprocess.Popen([*command, *args], env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)

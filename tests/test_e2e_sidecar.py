@@ -1,0 +1,303 @@
+"""End to end: the real ``numi-mw serve`` process between the openai SDK and a replay upstream on loopback.
+
+The replay upstream serves recorded provider traffic from ``../shared/fixtures/openai-chat/`` as recorded.
+Requests reach it normalized; responses come back unbuffered.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e_support import MODELS, ReplayUpstream, fixture_body, free_port, sidecar, split_events
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[ReplayUpstream]:
+    with ReplayUpstream().running() as replay:
+        yield replay
+
+
+@pytest.fixture(scope="module")
+def openrouter_sidecar(upstream: ReplayUpstream) -> Iterator[str]:
+    with sidecar(upstream.base_url, "--provider", "openrouter", "--timeout", "2") as base_url:
+        yield base_url
+
+
+@pytest.fixture
+def client(openrouter_sidecar: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=openrouter_sidecar, api_key="sk-test", max_retries=0, timeout=10) as sdk:
+        yield sdk
+
+
+def signed_detail(shared: Path) -> dict[str, Any]:
+    recorded = json.loads(
+        (shared / "fixtures/openai-chat/openrouter-claude-4.5-signed-reasoning.buffered.json").read_text()
+    )
+    detail: dict[str, Any] = recorded["choices"][0]["message"]["reasoning_details"][0]
+    return detail
+
+
+def history(shared: Path) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "What is the weather in Lisbon?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "I need current data, so I will call the weather tool.",
+            "reasoning_details": [signed_detail(shared)],
+            "tool_calls": [
+                {
+                    "id": "call_7f3a9c",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Lisbon"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_7f3a9c", "content": '{"temperature":21}'},
+    ]
+
+
+def expected_upstream_history(shared: Path) -> list[dict[str, Any]]:
+    messages = history(shared)
+    assistant = messages[1]
+    messages[1] = {
+        "role": "assistant",
+        "content": None,
+        "reasoning": assistant["reasoning_content"],
+        "reasoning_details": assistant["reasoning_details"],
+        "tool_calls": assistant["tool_calls"],
+    }
+    return messages
+
+
+def last_body(upstream: ReplayUpstream) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(upstream.received[-1].body)
+    return body
+
+
+BUFFERED = [
+    "openai-chat/openrouter-claude-4.5-signed-reasoning.buffered.json",
+    "openai-chat/deepseek-v4-flash-reasoning-content-tool-call.buffered.json",
+    "openai-chat/openrouter-gpt-5-mini-summary-encrypted.buffered.json",
+]
+
+
+@pytest.mark.parametrize("fixture", BUFFERED)
+def test_buffered_request_is_normalized_and_the_body_comes_back_as_recorded(
+    shared_dir: Path, upstream: ReplayUpstream, client: openai.OpenAI, fixture: str
+) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model="anthropic/claude-sonnet-4.5",
+        messages=history(shared_dir),  # type: ignore[arg-type]
+        reasoning_effort="high",
+        extra_body={"include_reasoning": True},
+        extra_headers={"x-replay-fixture": fixture},
+    )
+    assert last_body(upstream) == {
+        "messages": expected_upstream_history(shared_dir),
+        "model": "anthropic/claude-sonnet-4.5",
+        "reasoning": {"effort": "high", "exclude": False},
+    }
+    assert raw.http_response.content == fixture_body(fixture)[0]
+    completion = raw.parse()
+    recorded = json.loads(fixture_body(fixture)[0])
+    assert completion.choices[0].message.content == recorded["choices"][0]["message"]["content"]
+
+
+STREAMS = [
+    "openai-chat/openrouter-claude-sonnet-4.5-reasoning-details.sse",
+    "openai-chat/deepseek-reasoner-reasoning-content.sse",
+    "openai-chat/openrouter-o3-encrypted-reasoning-details.sse",
+    "openai-chat/groq-gpt-oss-120b-reasoning-tool-call.sse",
+    "openai-chat/snowflake-claude-sonnet-4.6-reasoning-details.sse",
+    "openai-chat/xai-grok-3-mini-reasoning-content.stream.jsonl",
+]
+
+
+def recorded_chunks(fixture: str) -> list[dict[str, Any]]:
+    chunks = []
+    for event in split_events(fixture_body(fixture)[0]):
+        for line in event.splitlines():
+            if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
+                chunks.append(json.loads(line[5:]))
+    return chunks
+
+
+@pytest.mark.parametrize("fixture", STREAMS)
+def test_streamed_request_is_normalized_and_every_recorded_event_arrives(
+    shared_dir: Path, upstream: ReplayUpstream, client: openai.OpenAI, fixture: str
+) -> None:
+    stream = client.chat.completions.create(
+        model="deepseek-reasoner",
+        messages=history(shared_dir),  # type: ignore[arg-type]
+        stream=True,
+        extra_body={"include_reasoning": False, "reasoning": {"max_tokens": 2000}},
+        extra_headers={"x-replay-fixture": fixture},
+    )
+    received = [chunk.model_dump(mode="json", exclude_unset=True) for chunk in stream]
+    assert last_body(upstream) == {
+        "messages": expected_upstream_history(shared_dir),
+        "model": "deepseek-reasoner",
+        "stream": True,
+        "reasoning": {"max_tokens": 2000, "exclude": True},
+    }
+    assert received == recorded_chunks(fixture)
+
+
+def test_stream_bytes_arrive_exactly_and_before_the_upstream_finishes(
+    shared_dir: Path, upstream: ReplayUpstream, openrouter_sidecar: str
+) -> None:
+    fixture = "openai-chat/openrouter-claude-sonnet-4.5-reasoning-details.sse"
+    events = split_events(fixture_body(fixture)[0])
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    arrivals: list[float] = []
+    received = b""
+    start = time.monotonic()
+    with (
+        httpx.Client(timeout=10) as http,
+        http.stream(
+            "POST",
+            f"{openrouter_sidecar}/chat/completions",
+            json=body,
+            headers={"x-replay-fixture": fixture, "x-replay-drip": "0.05"},
+        ) as response,
+    ):
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for chunk in response.iter_raw():
+            received += chunk
+            arrivals.append(time.monotonic() - start)
+    assert received == fixture_body(fixture)[0]
+    # The first bytes arrive long before the upstream has dripped all its events (0.05 s apart).
+    assert arrivals[0] < (len(events) - 1) * 0.05 / 2
+    assert len(arrivals) > 1
+
+
+def test_models_and_other_paths_are_forwarded_as_is(upstream: ReplayUpstream, client: openai.OpenAI) -> None:
+    models = client.models.list()
+    assert [model.id for model in models.data] == [m["id"] for m in MODELS["data"]]
+    assert upstream.received[-1].path == "/v1/models"
+    assert upstream.received[-1].method == "GET"
+    assert upstream.received[-1].headers["authorization"] == "Bearer sk-test"
+
+
+def test_headers_hop_by_hop_stripped_authorization_kept(upstream: ReplayUpstream, openrouter_sidecar: str) -> None:
+    with httpx.Client(timeout=10) as http:
+        http.post(
+            f"{openrouter_sidecar}/chat/completions",
+            content=b'{"model": "m"}',
+            headers={
+                "authorization": "Bearer sk-test",
+                "proxy-authorization": "Basic c2VjcmV0",
+                "te": "trailers",
+                "x-custom": "kept",
+                "content-type": "application/json",
+            },
+        )
+    headers = upstream.received[-1].headers
+    assert upstream.received[-1].body == b'{"model": "m"}'
+    assert headers["authorization"] == "Bearer sk-test"
+    assert headers["x-custom"] == "kept"
+    assert "proxy-authorization" not in headers
+    assert "te" not in headers
+    assert headers["host"] == f"127.0.0.1:{upstream.port}"
+
+
+def test_the_sidecar_keeps_no_cookies(shared_dir: Path, upstream: ReplayUpstream, openrouter_sidecar: str) -> None:
+    fixture = "openai-chat/zai-glm-4.7-reasoning-content.buffered.json"
+    with httpx.Client(timeout=10) as first:
+        response = first.post(
+            f"{openrouter_sidecar}/chat/completions", json={"model": "m"}, headers={"x-replay-fixture": fixture}
+        )
+        assert response.headers["set-cookie"] == "replay=1"
+    with httpx.Client(timeout=10) as second:
+        second.post(
+            f"{openrouter_sidecar}/chat/completions", json={"model": "m"}, headers={"x-replay-fixture": fixture}
+        )
+    assert "cookie" not in upstream.received[-1].headers
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "param"),
+    [
+        (b'{"model": "m", "messages": [', "invalid_json", None),
+        (b"[]", "invalid_request", None),
+        (b'{"model": "m", "reasoning_effort": ["high"]}', "invalid_request", "reasoning_effort"),
+    ],
+)
+def test_bad_bodies_get_400_and_are_not_forwarded(
+    upstream: ReplayUpstream, openrouter_sidecar: str, body: bytes, code: str, param: str | None
+) -> None:
+    before = len(upstream.received)
+    with httpx.Client(timeout=10) as http:
+        response = http.post(f"{openrouter_sidecar}/chat/completions", content=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", code, param)
+    assert error["message"]
+    assert len(upstream.received) == before
+
+
+def test_upstream_error_is_passed_through_unchanged(upstream: ReplayUpstream, client: openai.OpenAI) -> None:
+    with pytest.raises(openai.RateLimitError) as info:
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "Hi"}], extra_headers={"x-replay-status": "429"}
+        )
+    assert info.value.response.json() == {"error": {"message": "replay: no fixture named"}}
+
+
+def test_upstream_timeout_is_504(upstream: ReplayUpstream, openrouter_sidecar: str) -> None:
+    with httpx.Client(timeout=10) as http:
+        response = http.post(
+            f"{openrouter_sidecar}/chat/completions", json={"model": "m"}, headers={"x-replay-delay": "3"}
+        )
+    assert response.status_code == 504
+    assert response.json() == {
+        "error": {
+            "message": "The upstream did not answer in time; try again later.",
+            "type": "api_error",
+            "code": "upstream_timeout",
+            "param": None,
+        }
+    }
+
+
+def test_unreachable_upstream_is_502() -> None:
+    with sidecar(f"http://127.0.0.1:{free_port()}/v1") as base_url, httpx.Client(timeout=10) as http:
+        response = http.post(f"{base_url}/chat/completions", json={"model": "m"})
+    assert response.status_code == 502
+    assert response.json() == {
+        "error": {
+            "message": "The upstream could not be reached; try again later.",
+            "type": "api_error",
+            "code": "upstream_unavailable",
+            "param": None,
+        }
+    }
+
+
+def test_client_going_away_closes_the_upstream_stream(
+    shared_dir: Path, upstream: ReplayUpstream, openrouter_sidecar: str
+) -> None:
+    fixture = "openai-chat/xai-grok-3-mini-reasoning-content.stream.jsonl"
+    with (
+        httpx.Client(timeout=10) as http,
+        http.stream(
+            "POST",
+            f"{openrouter_sidecar}/chat/completions",
+            json={"model": "m", "stream": True},
+            headers={"x-replay-fixture": fixture, "x-replay-drip": "0.05"},
+        ) as response,
+    ):
+        next(response.iter_raw())
+    deadline = time.monotonic() + 10
+    while fixture not in upstream.closed_streams and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fixture in upstream.closed_streams
