@@ -1,0 +1,249 @@
+"""Incremental Server-Sent Events decoder and encoder on bytes, sans-I/O (DESIGN.md "Decisions" 1 and 3).
+
+``SSEDecoder.feed(chunk)`` takes the bytes of a response body as they arrive, split at any byte position
+(inside a UTF-8 character, between the ``\\r`` and ``\\n`` of a line end, inside a field name), and returns the
+events completed so far; ``flush()`` ends the stream. Every event keeps its exact original bytes in
+``SSEEvent.raw``: concatenating ``raw`` over all events returned by ``feed`` and ``flush`` gives back the input
+byte for byte, so a shell can re-emit an event it does not change untouched, keep-alive comments and
+``data: [DONE]`` included.
+
+Parsing follows the WHATWG HTML "Server-sent events" event stream format: lines end with ``\\r\\n``, ``\\n`` or
+``\\r``; a line starting with ``:`` is a comment; ``name: value`` sets field ``name`` (one space after the colon is
+dropped); a line without a colon is a field name with an empty value; a blank line ends the event. Differences,
+chosen for a byte-faithful proxy rather than a browser:
+
+- Every blank line produces an event, also one that ends nothing (a second blank line in a row, or a blank
+  line at the start of the stream). Such an event has no fields and ``raw`` is just that line end.
+- Events without data are returned too (``data`` is ``None``), so comments, ``retry:`` and bare ``event:``
+  lines keep their place in the stream.
+- ``flush()`` returns a final event for bytes after the last blank line instead of discarding them.
+- ``id`` is the ``id`` field of this event only (``None`` when it has none), not the last event ID of the stream.
+- A ``\\r`` that is the last byte fed so far is held back until the next byte (or ``flush()``) says whether a
+  ``\\n`` follows, so that ``raw`` never splits a ``\\r\\n``. For streams using bare ``\\r`` line ends this
+  delays an event ending exactly at a chunk boundary until the next chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SSEDecoder", "SSEEvent", "encode_event"]
+
+_BOM = b"\xef\xbb\xbf"
+_LF = 0x0A
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One SSE event as it arrived.
+
+    Attributes:
+        raw: the exact original bytes of the event, its field and comment lines and its terminating blank line
+            with their original line ends. Re-emit it unchanged to pass the event through byte for byte.
+        data: the values of the event's ``data`` lines joined with ``b"\\n"`` (the one optional space after the
+            colon removed); ``None`` when the event has no ``data`` field at all (``b""`` for ``data:``).
+        event: the value of the last ``event`` field (UTF-8, invalid bytes replaced), or ``None``.
+        id: the value of the last ``id`` field of this event (UTF-8, invalid bytes replaced), or ``None``.
+            Like WHATWG, an ``id`` value containing NUL is ignored.
+        is_comment_only: ``True`` when the event consists of ``:`` comment lines only, such as the keep-alive
+            ``: OPENROUTER PROCESSING`` followed by a blank line.
+    """
+
+    raw: bytes
+    data: bytes | None = None
+    event: str | None = None
+    id: str | None = None
+    is_comment_only: bool = False
+
+    @property
+    def is_done(self) -> bool:
+        """``True`` for the OpenAI-style end-of-stream sentinel ``data: [DONE]``."""
+        return self.data == b"[DONE]"
+
+
+class SSEDecoder:
+    """Incremental SSE decoder: ``feed(bytes) -> list[SSEEvent]``, then ``flush()`` at the end of the stream.
+
+    One instance per stream. The decoder keeps the bytes of the event in progress in one buffer and remembers
+    how far it has scanned, so each byte is searched once (with ``bytes.find``) however small the chunks are;
+    a large event split into many small chunks costs linear time. After ``flush()`` the decoder is reset and
+    can decode a new stream.
+    """
+
+    __slots__ = (
+        "_at_start",
+        "_buf",
+        "_comments",
+        "_data",
+        "_event",
+        "_fields",
+        "_id",
+        "_pos",
+        "_scan",
+    )
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._buf.clear()
+        # Offsets into _buf: the current event starts at 0; _pos is the start of the first unparsed line;
+        # _scan is where searching for the next line end resumes (no line end lies in [_pos, _scan)).
+        self._pos = 0
+        self._scan = 0
+        self._at_start = True  # before the first line of the stream (for the optional UTF-8 BOM)
+        self._clear_event()
+
+    def _clear_event(self) -> None:
+        self._data: list[bytes] = []
+        self._event: str | None = None
+        self._id: str | None = None
+        self._fields = False  # any non-comment line in the current event
+        self._comments = False  # any comment line in the current event
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Add the next bytes of the stream; return the events they complete, in order.
+
+        Args:
+            chunk: any number of bytes (possibly empty), split anywhere.
+
+        Returns:
+            The events whose terminating blank line is now complete; bytes of an unfinished event stay buffered.
+        """
+        if chunk:
+            self._buf += chunk
+        return self._parse(final=False)
+
+    def flush(self) -> list[SSEEvent]:
+        """End the stream: return the events still pending and reset the decoder.
+
+        A trailing ``\\r`` is taken as a line end. When the stream ends without a blank line after its last
+        event, that event is returned anyway; its ``raw`` is the bytes that remained (which lack the blank line).
+
+        Returns:
+            The remaining events (empty when the stream ended on a blank line).
+        """
+        events = self._parse(final=True)
+        buf = self._buf
+        if buf:
+            pos = self._pos
+            if self._at_start and buf.startswith(_BOM, pos):
+                pos += 3
+            if pos < len(buf):
+                self._line(bytes(buf[pos:]))
+            events.append(self._make(bytes(buf)))
+        self._reset()
+        return events
+
+    def _make(self, raw: bytes) -> SSEEvent:
+        data = b"\n".join(self._data) if self._data else None
+        event = SSEEvent(raw, data, self._event, self._id, self._comments and not self._fields)
+        self._clear_event()
+        return event
+
+    def _line(self, line: bytes) -> None:
+        """Apply one complete, non-blank line (without its line end) to the current event."""
+        if line.startswith(b"data:"):
+            self._fields = True
+            self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+            return
+        if line.startswith(b":"):
+            self._comments = True
+            return
+        self._fields = True
+        colon = line.find(b":")
+        if colon == -1:
+            name, value = line, b""
+        else:
+            name = line[:colon]
+            value = line[colon + 2 :] if line[colon + 1 : colon + 2] == b" " else line[colon + 1 :]
+        if name == b"data":
+            self._data.append(value)
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif name == b"id" and b"\0" not in value:
+            self._id = value.decode("utf-8", "replace")
+        # "retry" and unknown fields change nothing here; they stay in ``raw``.
+
+    def _parse(self, *, final: bool) -> list[SSEEvent]:
+        buf = self._buf
+        n = len(buf)
+        pos = self._pos
+        start = 0
+        events: list[SSEEvent] = []
+        scan = max(self._scan, pos)
+        lf = buf.find(b"\n", scan)
+        cr = buf.find(b"\r", scan)
+        held = False
+        while lf != -1 or cr != -1:
+            if cr == -1 or (lf != -1 and lf < cr):
+                eol = lf
+                nxt = lf + 1
+            elif cr + 1 < n:
+                eol = cr
+                nxt = cr + 2 if buf[cr + 1] == _LF else cr + 1
+            elif final:
+                eol = cr
+                nxt = n
+            else:
+                held = True  # a \r as the last byte: wait for the next byte to know if \n follows
+                break
+            if self._at_start:
+                # The first line of the stream may start with a UTF-8 BOM, which is not part of the line.
+                self._at_start = False
+                if buf.startswith(_BOM, pos, eol):
+                    pos += 3
+            if eol == pos:
+                # Blank line: ends the event (or, alone, is an event of its own).
+                events.append(self._make(bytes(buf[start:nxt])))
+                start = nxt
+            else:
+                self._line(bytes(buf[pos:eol]))
+            pos = nxt
+            if lf != -1 and lf < pos:
+                lf = buf.find(b"\n", pos)
+            if cr != -1 and cr < pos:
+                cr = buf.find(b"\r", pos)
+        scan = cr if held else n
+        if start:
+            del buf[:start]
+            pos -= start
+            scan -= start
+        self._pos = pos
+        self._scan = scan
+        return events
+
+
+def encode_event(data: bytes, *, event: str | None = None, id: str | None = None) -> bytes:
+    """Encode one SSE event: ``event: X\\n``, ``id: Y\\n``, one ``data: `` line per line of ``data``, ``\\n``.
+
+    Args:
+        data: the event data (bytes). Each line of it (split at ``\\r\\n``, ``\\r`` or ``\\n``) becomes one
+            ``data: `` line, so decoding the result gives back ``data`` with ``\\n`` line ends; ``b""`` gives a
+            single ``data: `` line.
+        event: the event type, or ``None`` for no ``event`` line.
+        id: the event id, or ``None`` for no ``id`` line.
+
+    Returns:
+        The event as bytes, ending with a blank line (``\\n\\n``).
+
+    Raises:
+        ValueError: ``event`` or ``id`` contains a line end (or ``id`` a NUL), which cannot be framed.
+    """
+    parts: list[bytes] = []
+    if event is not None:
+        if "\n" in event or "\r" in event:
+            raise ValueError("an SSE event type cannot contain a line end")
+        parts.append(b"event: " + event.encode() + b"\n")
+    if id is not None:
+        if "\n" in id or "\r" in id or "\0" in id:
+            raise ValueError("an SSE id cannot contain a line end or NUL")
+        parts.append(b"id: " + id.encode() + b"\n")
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    if b"\n" in data:
+        parts.append(b"data: " + data.replace(b"\n", b"\ndata: ") + b"\n\n")
+    else:
+        parts.append(b"data: " + data + b"\n\n")
+    return b"".join(parts)

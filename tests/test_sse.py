@@ -1,0 +1,355 @@
+"""SSE decoder and encoder (``numi_mw.core.sse``): exact events, every line end, every split, recorded streams."""
+
+from __future__ import annotations
+
+import json
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event
+
+
+def decode(*chunks: bytes) -> list[SSEEvent]:
+    """All events of a stream fed as ``chunks``, flush included."""
+    decoder = SSEDecoder()
+    events: list[SSEEvent] = []
+    for chunk in chunks:
+        events += decoder.feed(chunk)
+    return events + decoder.flush()
+
+
+def split_at(stream: bytes, cuts: list[int]) -> list[bytes]:
+    """``stream`` cut at the given positions (any order, duplicates allowed)."""
+    bounds = [0, *sorted(min(max(c, 0), len(stream)) for c in cuts), len(stream)]
+    return [stream[a:b] for a, b in pairwise(bounds)]
+
+
+OPENROUTER_LIKE = (
+    b": OPENROUTER PROCESSING\n\n"
+    b'data: {"choices":[{"delta":{"reasoning":"Spell it out: "}}]}\n\n'
+    b'data: {"choices":[{"delta":{"content":"Three \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80."}}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+ANTHROPIC_LIKE = (
+    b"event: message_start\n"
+    b'data: {"type":"message_start"}\n\n'
+    b"event: ping\n"
+    b'data: {"type": "ping"}\n\n'
+    b"event: content_block_delta\n"
+    b'data: {"type":"content_block_delta","delta":{"type":"thinking_delta","thinking":"Hm"}}\n\n'
+    b"event: message_stop\n"
+    b'data: {"type":"message_stop"    }\n\n'
+)
+MIXED = (
+    b"\xef\xbb\xbf: hello\r\n\r\n"
+    b"id: 7\rretry: 3000\revent: update\rdata: line one\rdata:line two\r\r"
+    b"data\r\n\r\n"
+    b"\n"
+    b": keep-alive\n: twice\n\n"
+    b"data:  two spaces\r\nfield-without-colon\r\nunknown: x\r\n\r\n"
+    b"data: tail without blank line"
+)
+SAMPLES = [OPENROUTER_LIKE, ANTHROPIC_LIKE, MIXED]
+
+
+# --- exact values ------------------------------------------------------------------------------------------
+
+
+def test_openrouter_like_stream_exact_events() -> None:
+    events = decode(OPENROUTER_LIKE)
+    assert events == [
+        SSEEvent(raw=b": OPENROUTER PROCESSING\n\n", data=None, is_comment_only=True),
+        SSEEvent(
+            raw=b'data: {"choices":[{"delta":{"reasoning":"Spell it out: "}}]}\n\n',
+            data=b'{"choices":[{"delta":{"reasoning":"Spell it out: "}}]}',
+        ),
+        SSEEvent(
+            raw=b'data: {"choices":[{"delta":{"content":"Three \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80."}}]}\n\n',
+            data=b'{"choices":[{"delta":{"content":"Three \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80."}}]}',
+        ),
+        SSEEvent(raw=b"data: [DONE]\n\n", data=b"[DONE]"),
+    ]
+    assert [e.is_done for e in events] == [False, False, False, True]
+    assert [e.is_comment_only for e in events] == [True, False, False, False]
+
+
+def test_event_and_id_fields() -> None:
+    (event,) = decode(b"event: content_block_delta\nid: 42\ndata: {}\n\n")
+    assert event == SSEEvent(
+        raw=b"event: content_block_delta\nid: 42\ndata: {}\n\n", data=b"{}", event="content_block_delta", id="42"
+    )
+
+
+def test_mixed_stream_exact_events() -> None:
+    assert decode(MIXED) == [
+        SSEEvent(raw=b"\xef\xbb\xbf: hello\r\n\r\n", is_comment_only=True),
+        SSEEvent(
+            raw=b"id: 7\rretry: 3000\revent: update\rdata: line one\rdata:line two\r\r",
+            data=b"line one\nline two",
+            event="update",
+            id="7",
+        ),
+        SSEEvent(raw=b"data\r\n\r\n", data=b""),
+        SSEEvent(raw=b"\n"),
+        SSEEvent(raw=b": keep-alive\n: twice\n\n", is_comment_only=True),
+        SSEEvent(raw=b"data:  two spaces\r\nfield-without-colon\r\nunknown: x\r\n\r\n", data=b" two spaces"),
+        SSEEvent(raw=b"data: tail without blank line", data=b"tail without blank line"),
+    ]
+
+
+def test_multi_line_data_joined_with_lf() -> None:
+    (event,) = decode(b'data: {\ndata:   "a": 1\ndata: }\n\n')
+    assert event.data == b'{\n  "a": 1\n}'
+    assert json.loads(event.data) == {"a": 1}
+
+
+def test_empty_data_values() -> None:
+    assert [e.data for e in decode(b"data:\n\ndata: \n\ndata\n\ndata:\ndata:\n\n")] == [b"", b"", b"", b"\n"]
+
+
+def test_last_field_wins_and_id_with_nul_is_ignored() -> None:
+    (event,) = decode(b"event: a\nevent: b\nid: 1\nid: 2\0x\ndata: x\n\n")
+    assert (event.event, event.id) == ("b", "1")
+
+
+def test_comment_with_data_is_not_comment_only() -> None:
+    (event,) = decode(b": note\ndata: x\n\n")
+    assert event.is_comment_only is False
+    assert event.data == b"x"
+
+
+def test_event_without_data() -> None:
+    (event,) = decode(b"event: ping\n\n")
+    assert event == SSEEvent(raw=b"event: ping\n\n", data=None, event="ping")
+    assert event.is_done is False
+
+
+def test_done_needs_exact_data() -> None:
+    assert [e.is_done for e in decode(b"data: [DONE]\n\ndata:[DONE]\n\ndata: [DONE] \n\ndata:  [DONE]\n\n")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+
+
+def test_invalid_utf8_in_event_name_is_replaced() -> None:
+    (event,) = decode(b"event: a\xffb\ndata: \xff\n\n")
+    assert event.event == "a\ufffdb"
+    assert event.data == b"\xff"
+
+
+def test_bom_only_at_stream_start() -> None:
+    first, second = decode(b"\xef\xbb\xbfdata: a\n\n\xef\xbb\xbfdata: b\n\n")
+    assert first.data == b"a"
+    assert first.raw == b"\xef\xbb\xbfdata: a\n\n"
+    assert second.data is None  # a BOM later is part of a field name
+    assert second.raw == b"\xef\xbb\xbfdata: b\n\n"
+
+
+# --- line ends -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
+def test_every_line_end_style(eol: bytes) -> None:
+    lines = [b": c", b"", b"event: e", b"data: a", b"data: b", b"", b"data: [DONE]", b""]
+    stream = eol.join(lines) + eol
+    events = decode(stream)
+    assert [(e.data, e.event, e.is_comment_only) for e in events] == [
+        (None, None, True),
+        (b"a\nb", "e", False),
+        (b"[DONE]", None, False),
+    ]
+    assert b"".join(e.raw for e in events) == stream
+    assert events[1].raw == b"event: e" + eol + b"data: a" + eol + b"data: b" + eol + eol
+
+
+def test_mixed_line_ends_in_one_event() -> None:
+    (event,) = decode(b"data: a\r\ndata: b\rdata: c\ndata: d\r\n\n")
+    assert event.data == b"a\nb\nc\nd"
+
+
+def test_crlf_split_between_chunks_gives_no_spurious_line() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\r") == []
+    assert decoder.feed(b"\n") == []
+    assert decoder.feed(b"\r") == []  # could still be "\r\n": held until the next byte
+    assert decoder.feed(b"\n") == [SSEEvent(raw=b"data: a\r\n\r\n", data=b"a")]
+    assert decoder.feed(b"data: b\r\n\r") == []
+    assert decoder.feed(b"\ndata: c\r\n\r\n") == [
+        SSEEvent(raw=b"data: b\r\n\r\n", data=b"b"),
+        SSEEvent(raw=b"data: c\r\n\r\n", data=b"c"),
+    ]
+    assert decoder.flush() == []
+
+
+def test_bare_cr_at_end_is_decided_by_next_byte_or_flush() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\r\r") == []
+    assert decoder.feed(b"data: b\r") == [SSEEvent(raw=b"data: a\r\r", data=b"a")]
+    assert decoder.feed(b"\r") == []
+    assert decoder.flush() == [SSEEvent(raw=b"data: b\r\r", data=b"b")]
+
+
+# --- flush ---------------------------------------------------------------------------------------------------
+
+
+def test_flush_returns_unterminated_event_with_remaining_raw() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\n\nevent: x\ndata: b\ndata: c") == [SSEEvent(raw=b"data: a\n\n", data=b"a")]
+    assert decoder.flush() == [SSEEvent(raw=b"event: x\ndata: b\ndata: c", data=b"b\nc", event="x")]
+
+
+def test_flush_with_complete_lines_but_no_blank_line() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\n") == []
+    assert decoder.flush() == [SSEEvent(raw=b"data: a\n", data=b"a")]
+
+
+def test_flush_of_comment_without_blank_line() -> None:
+    assert decode(b": bye") == [SSEEvent(raw=b": bye", is_comment_only=True)]
+
+
+def test_flush_when_nothing_remains() -> None:
+    decoder = SSEDecoder()
+    assert decoder.flush() == []
+    assert decoder.feed(b"") == []
+    assert decoder.feed(b"data: a\n\n") == [SSEEvent(raw=b"data: a\n\n", data=b"a")]
+    assert decoder.flush() == []
+
+
+def test_decoder_is_reset_after_flush() -> None:
+    decoder = SSEDecoder()
+    decoder.feed(b"event: x\ndata: partial")
+    decoder.flush()
+    assert decoder.feed(b"data: fresh\n\n") == [SSEEvent(raw=b"data: fresh\n\n", data=b"fresh")]
+
+
+# --- any split -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", SAMPLES, ids=["openrouter", "anthropic", "mixed"])
+def test_split_at_every_byte_position(stream: bytes) -> None:
+    whole = decode(stream)
+    assert b"".join(e.raw for e in whole) == stream
+    for i in range(len(stream) + 1):
+        assert decode(stream[:i], stream[i:]) == whole, i
+
+
+@pytest.mark.parametrize("stream", SAMPLES, ids=["openrouter", "anthropic", "mixed"])
+def test_one_byte_at_a_time(stream: bytes) -> None:
+    assert decode(*(stream[i : i + 1] for i in range(len(stream)))) == decode(stream)
+
+
+def test_split_at_every_pair_of_positions() -> None:
+    stream = MIXED
+    whole = decode(stream)
+    for i in range(len(stream) + 1):
+        for j in range(i, len(stream) + 1):
+            assert decode(stream[:i], stream[i:j], stream[j:]) == whole, (i, j)
+
+
+def test_large_event_in_many_small_chunks() -> None:
+    payload = b'{"text":"' + b"x\xc3\xa9" * 100_000 + b'"}'
+    stream = b"data: " + payload + b"\r\n\r\n" + b"data: [DONE]\r\n\r\n"
+    decoder = SSEDecoder()
+    events: list[SSEEvent] = []
+    for i in range(0, len(stream), 7):
+        events += decoder.feed(stream[i : i + 7])
+    events += decoder.flush()
+    assert [e.data for e in events] == [payload, b"[DONE]"]
+    assert b"".join(e.raw for e in events) == stream
+
+
+_PIECES = st.sampled_from(
+    [
+        b"data: x",
+        b"data:",
+        b'data: {"a": "\xc3\xa9\xf0\x9f\x98\x80"}',
+        b"data: [DONE]",
+        b": OPENROUTER PROCESSING",
+        b":",
+        b"event: e",
+        b"id: 1",
+        b"retry: 10",
+        b"data",
+        b"x",
+        b" ",
+        b"\xef\xbb\xbf",
+        b"\n",
+        b"\r",
+        b"\r\n",
+        b"\n\n",
+        b"\r\n\r\n",
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pieces=st.lists(_PIECES, max_size=40), cuts=st.lists(st.integers(0, 2000), max_size=12))
+def test_any_chunking_gives_the_same_events(pieces: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(pieces)
+    whole = decode(stream)
+    assert b"".join(e.raw for e in whole) == stream
+    assert decode(*split_at(stream, cuts)) == whole
+
+
+@settings(max_examples=200, deadline=None)
+@given(stream=st.binary(max_size=300), cuts=st.lists(st.integers(0, 300), max_size=8))
+def test_any_chunking_of_arbitrary_bytes(stream: bytes, cuts: list[int]) -> None:
+    whole = decode(stream)
+    assert b"".join(e.raw for e in whole) == stream
+    assert decode(*split_at(stream, cuts)) == whole
+
+
+# --- encode_event --------------------------------------------------------------------------------------------
+
+
+def test_encode_event_exact_bytes() -> None:
+    assert encode_event(b'{"a":1}') == b'data: {"a":1}\n\n'
+    assert encode_event(b"[DONE]") == b"data: [DONE]\n\n"
+    assert encode_event(b"a\nb", event="update", id="7") == b"event: update\nid: 7\ndata: a\ndata: b\n\n"
+    assert encode_event(b"") == b"data: \n\n"
+    assert encode_event(b"a\r\nb\rc\n") == b"data: a\ndata: b\ndata: c\ndata: \n\n"
+    assert encode_event(b" lead") == b"data:  lead\n\n"
+
+
+@pytest.mark.parametrize("data", [b"", b"x", b" x", b"a\nb", b"a\n", b"\n", b'{"t":"\xc3\xa9"}', b"[DONE]"], ids=repr)
+def test_encode_then_decode_round_trip(data: bytes) -> None:
+    raw = encode_event(data, event="e", id="i")
+    assert decode(raw) == [SSEEvent(raw=raw, data=data, event="e", id="i")]
+
+
+@pytest.mark.parametrize("kwargs", [{"event": "a\nb"}, {"event": "a\r"}, {"id": "1\n"}, {"id": "1\0"}])
+def test_encode_event_refuses_unframeable_names(kwargs: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        encode_event(b"x", **kwargs)
+
+
+# --- recorded streams ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("folder", ["openai-chat", "anthropic-messages"])
+def test_recorded_streams(shared_dir: Path, folder: str) -> None:
+    files = sorted((shared_dir / "fixtures" / folder).glob("*.sse"))
+    assert files, f"no recorded *.sse files in {folder}"
+    for path in files:
+        stream = path.read_bytes()
+        for size in (len(stream) or 1, 1000, 7, 1):
+            events = decode(*(stream[i : i + size] for i in range(0, len(stream), size)))
+            assert b"".join(e.raw for e in events) == stream, (path.name, size)
+        data_events = [e for e in events if not e.is_comment_only]
+        assert data_events, path.name
+        for event in data_events:
+            assert event.data is not None, (path.name, event.raw[:80])
+            if not event.is_done:
+                json.loads(event.data)
+        if folder == "openai-chat":
+            assert events[-1].is_done, path.name
+        else:
+            assert all(e.event for e in data_events), path.name
+            assert json.loads(data_events[-1].data or b"")["type"] == "message_stop"
