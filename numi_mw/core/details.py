@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from numi_mw.core.errors import ApiError
 
 __all__ = [
     "MAX_DATA_BYTES",
     "MAX_SIGNATURE_BYTES",
     "MAX_TEXT_BYTES",
+    "DetailsRebuilder",
     "check_detail_limits",
     "rebuild_reasoning_details",
     "utf8_size_exceeds",
@@ -92,16 +95,78 @@ def check_detail_limits(messages: list[Any]) -> None:
                     )
 
 
-def _latest_text(merged: list[Any], *, unsigned_only: bool) -> dict[str, Any] | None:
-    """The most recent ``reasoning.text`` detail of ``merged`` (without a signature if ``unsigned_only``)."""
-    for detail in reversed(merged):
-        if (
-            isinstance(detail, dict)
-            and detail.get("type") == "reasoning.text"
-            and not (unsigned_only and "signature" in detail)
-        ):
-            return detail
-    return None
+class DetailsRebuilder:
+    """The rebuild of spec 004 "From a stream", one fragment at a time (``rebuild_reasoning_details`` runs it).
+
+    ``add`` merges one fragment by the spec's four rules and says where it went, so a stream normalizer can give
+    each streamed fragment the ``index`` of the detail it lands in (DESIGN.md decision 5).
+
+    Attributes:
+        details: the details rebuilt so far (new dicts; the fragments are not modified).
+    """
+
+    __slots__ = ("details",)
+
+    def __init__(self) -> None:
+        self.details: list[Any] = []
+
+    def _latest_text(self, *, unsigned_only: bool) -> int | None:
+        """Position of the most recent ``reasoning.text`` detail (without a signature if ``unsigned_only``)."""
+        for pos in range(len(self.details) - 1, -1, -1):
+            detail = self.details[pos]
+            if (
+                isinstance(detail, dict)
+                and detail.get("type") == "reasoning.text"
+                and not (unsigned_only and "signature" in detail)
+            ):
+                return pos
+        return None
+
+    def target(self, fragment: Any) -> tuple[str, int] | None:
+        """Where ``fragment`` would go, without adding it.
+
+        Returns:
+            ``("new", pos)`` when it starts detail ``pos`` (rules 1, 2 and 4), ``("extend", pos)`` when its text is
+            appended to detail ``pos`` (rule 1), ``("fill", pos)`` when it fills missing fields of detail ``pos``
+            (rules 2 and 3), or ``None`` when it is dropped (rule 3 with no ``reasoning.text`` detail yet).
+        """
+        if not isinstance(fragment, dict):
+            return ("new", len(self.details))
+        has_text = bool(fragment.get("text"))
+        signed = "signature" in fragment
+        if fragment.get("type") != "reasoning.text" or (has_text and signed):
+            return ("new", len(self.details))  # rule 4
+        if has_text:  # rule 1
+            last = self.details[-1] if self.details else None
+            if isinstance(last, dict) and last.get("type") == "reasoning.text" and "signature" not in last:
+                return ("extend", len(self.details) - 1)
+            return ("new", len(self.details))
+        pos = self._latest_text(unsigned_only=signed)  # rule 2 (signed) or rule 3
+        if pos is None:
+            return ("new", len(self.details)) if signed else None
+        return ("fill", pos)
+
+    def add(self, fragment: Any) -> tuple[str, int] | None:
+        """Merge ``fragment``; returns what ``target`` returns for it."""
+        where = self.target(fragment)
+        if where is None:
+            return None
+        action, pos = where
+        if action == "new":
+            self.details.append(dict(fragment) if isinstance(fragment, dict) else fragment)
+        elif action == "extend":
+            detail = self.details[pos]
+            detail["text"] = detail.get("text", "") + fragment["text"]
+        else:
+            detail = self.details[pos]
+            for key in FILLED_KEYS:
+                if key in fragment and key not in detail:
+                    detail[key] = fragment[key]
+        return where
+
+
+FILLED_KEYS = ("signature", "id", "format", "index")
+"""The fields rules 2 and 3 of spec 004 "From a stream" fill in, where the target detail lacks them."""
 
 
 def rebuild_reasoning_details(fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -129,28 +194,54 @@ def rebuild_reasoning_details(fragments: list[dict[str, Any]]) -> list[dict[str,
     Returns:
         A new list of new dicts (shallow copies); the fragments are not modified.
     """
-    merged: list[Any] = []
+    rebuilder = DetailsRebuilder()
     for fragment in fragments:
-        if not isinstance(fragment, dict):
-            merged.append(fragment)
+        rebuilder.add(fragment)
+    details: list[dict[str, Any]] = rebuilder.details
+    return details
+
+
+def fragments_from_body(body: bytes) -> list[Any]:
+    """The streamed reasoning detail fragments in ``body``, in order.
+
+    Args:
+        body: either a JSON list of fragments, or an SSE stream of chat completion chunks (UTF-8 bytes), whose
+            ``choices[0].delta.reasoning_details`` entries are collected.
+
+    Raises:
+        ValueError: ``body`` is neither.
+    """
+    from numi_mw.core.codec import decoder
+    from numi_mw.core.sse import SSEDecoder
+
+    stripped = body.lstrip()
+    if stripped.startswith(b"["):
+        try:
+            value = decoder.decode(body)
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"not a JSON list of fragments: {exc}") from None
+        if not isinstance(value, list):
+            raise ValueError("not a JSON list of fragments")
+        return value
+    sse = SSEDecoder()
+    fragments: list[Any] = []
+    events = sse.feed(body) + sse.flush()
+    seen = False
+    for event in events:
+        if event.data is None or event.is_done:
             continue
-        has_text = bool(fragment.get("text"))
-        signed = "signature" in fragment
-        if fragment.get("type") != "reasoning.text" or (has_text and signed):
-            merged.append(dict(fragment))  # rule 4
-        elif has_text:  # rule 1
-            last = merged[-1] if merged else None
-            if isinstance(last, dict) and last.get("type") == "reasoning.text" and "signature" not in last:
-                last["text"] = last.get("text", "") + fragment["text"]
-            else:
-                merged.append(dict(fragment))
-        else:  # rule 2 (signed) or rule 3 (neither text nor signature)
-            target = _latest_text(merged, unsigned_only=signed)
-            if target is None:
-                if signed:
-                    merged.append(dict(fragment))
-                continue
-            for key in ("signature", "id", "format", "index"):
-                if key in fragment and key not in target:
-                    target[key] = fragment[key]
-    return merged
+        try:
+            chunk = decoder.decode(event.data)
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"an SSE event is not JSON: {exc}") from None
+        seen = True
+        choices = chunk.get("choices") if isinstance(chunk, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            continue
+        delta = choices[0].get("delta")
+        details = delta.get("reasoning_details") if isinstance(delta, dict) else None
+        if isinstance(details, list):
+            fragments.extend(details)
+    if not seen:
+        raise ValueError("neither a JSON list of fragments nor an SSE stream of chunks")
+    return fragments

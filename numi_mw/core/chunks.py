@@ -1,0 +1,272 @@
+"""Streamed chat completion chunks in one reasoning shape (spec 004 "Streaming").
+
+``ChunkNormalizer`` is a stateful object, one per stream. It takes decoded ``chat.completion.chunk`` objects and
+returns the chunks the client receives:
+
+- A visible reasoning fragment from any source field (``delta.reasoning``, ``delta.reasoning_content``,
+  ``reasoning.text`` / ``reasoning.summary`` details, or reasoning tags inside ``delta.content``) goes out as
+  ``delta.reasoning`` plus one entry in ``delta.reasoning_details`` carrying the same text, never a second
+  copy. Plain reasoning (no detail from the provider) becomes a ``reasoning.text`` entry with format
+  ``unknown``. ``delta.reasoning_content`` is removed (its text is in ``delta.reasoning``).
+- Every streamed detail entry carries an integer ``index``: the position of the detail it belongs to in the
+  spec's rebuild ("From a stream"). Fields that do not grow appear once per detail: an entry that extends a
+  detail carries only ``type``, ``text`` and ``index``; one that completes or fills a detail carries only the
+  fields the rebuild fills in. So the openai SDK's ``chat.completions.stream()`` helper, which merges entries
+  by ``index`` and concatenates strings, accumulates exactly ``rebuild_reasoning_details`` of the entries.
+  Fragments the rebuild drops (no text, no signature, no ``reasoning.text`` detail before them) are dropped.
+- Signature-only fragments, encrypted and summary details pass through in order, with their opaque fields
+  untouched. The finish chunk keeps its delta and gets no synthetic detail; text a think splitter still held
+  goes out in a chunk of its own just before it. Usage passes through.
+- With ``exclude``, no reasoning appears at all: the reasoning fields are removed, reasoning tags and their
+  text are cut from ``content``, and chunks left with nothing are dropped.
+
+A chunk that needs no change is reported as unchanged, so the shell can send its original bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from numi_mw.core.details import FILLED_KEYS, DetailsRebuilder
+from numi_mw.core.reasoning_text import REASONING_KEYS, ThinkTags, visible_text
+from numi_mw.core.think import Piece, ThinkSplitter
+
+UNCHANGED = None
+"""What ``ChunkNormalizer.chunk`` returns for a chunk that leaves as it came."""
+
+_GROWING = frozenset(("type", "text", "index"))
+
+
+@dataclass(slots=True)
+class _Choice:
+    """The per-choice state of one stream."""
+
+    rebuilder: DetailsRebuilder = field(default_factory=DetailsRebuilder)
+    splitter: ThinkSplitter | None = None
+    finished: bool = False
+
+
+class ChunkNormalizer:
+    """Normalize the chunks of one chat completions stream (spec 004 "Streaming").
+
+    Args:
+        exclude: reasoning is excluded (``reasoning.exclude`` or ``include_reasoning: false``).
+        think: split reasoning tags out of ``delta.content`` with these settings; ``None`` leaves content as is.
+    """
+
+    __slots__ = ("_choices", "_envelope", "exclude", "think")
+
+    def __init__(self, *, exclude: bool = False, think: ThinkTags | None = None) -> None:
+        self.exclude = exclude
+        self.think = think
+        self._choices: dict[Any, _Choice] = {}
+        self._envelope: dict[str, Any] | None = None
+
+    def _choice(self, index: Any) -> _Choice:
+        state = self._choices.get(index)
+        if state is None:
+            state = _Choice(splitter=self.think.splitter() if self.think is not None else None)
+            self._choices[index] = state
+        return state
+
+    def chunk(self, data: Any) -> list[dict[str, Any]] | None:
+        """Normalize one decoded chunk.
+
+        Args:
+            data: the JSON value of one SSE event's ``data``.
+
+        Returns:
+            ``UNCHANGED`` (``None``) when the chunk leaves as it came, else the chunks to send in its place (an
+            empty list drops it). Values that are not chat completion chunks are left unchanged.
+        """
+        if not isinstance(data, dict):
+            return UNCHANGED
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return UNCHANGED
+        self._envelope = data
+        results: list[list[Any]] = []
+        changed = False
+        for choice in choices:
+            entries = self._normalize_choice(choice) if _is_delta_choice(choice) else UNCHANGED
+            if entries is UNCHANGED:
+                results.append([choice])
+            else:
+                changed = True
+                results.append(entries)
+        if not changed:
+            return UNCHANGED
+        if all(len(entries) <= 1 for entries in results):
+            kept = [entries[0] for entries in results if entries]
+            if not kept and data.get("usage") is None:
+                return []
+            return [{**data, "choices": kept}]
+        chunks = [{**data, "choices": [entry]} for entries in results for entry in entries]
+        if "usage" in data:
+            for chunk in chunks[:-1]:
+                chunk["usage"] = None
+        return chunks
+
+    def _normalize_choice(self, choice: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The choice entries to send for ``choice`` (one per delta, in order), or ``UNCHANGED``."""
+        delta: dict[str, Any] = choice["delta"]
+        state = self._choice(choice.get("index", 0))
+        finishing = choice.get("finish_reason") is not None
+        content = delta.get("content")
+        splitter = state.splitter
+        split = splitter is not None and isinstance(content, str) and content != ""
+        flush = finishing and splitter is not None and not state.finished
+        if finishing:
+            state.finished = True
+        if not (split or flush or any(key in delta for key in REASONING_KEYS)):
+            return UNCHANGED
+
+        pieces: list[Piece] = []
+        if splitter is not None and split:
+            assert isinstance(content, str)
+            pieces = splitter.feed(content)
+        if splitter is not None and flush:
+            pieces = _merge(pieces + splitter.flush())
+        main = _ordered(
+            delta,
+            {
+                **{k: v for k, v in delta.items() if k not in REASONING_KEYS and not (split and k == "content")},
+                **self._reasoning_fields(delta, state),
+            },
+        )
+        piece_deltas = [self._piece_fields(piece, state) for piece in pieces]
+        piece_deltas = [d for d in piece_deltas if d]
+        if piece_deltas and not split:
+            deltas = [*piece_deltas, main]  # text a splitter held goes out before the finish chunk
+        elif len(piece_deltas) >= 1 and not main.keys() & {"content", *REASONING_KEYS}:
+            deltas = [{**main, **piece_deltas[0]}, *piece_deltas[1:]]
+        else:
+            deltas = [main, *piece_deltas]
+        entries = [{**choice, "delta": d, "finish_reason": None} for d in deltas[:-1]]
+        entries.append({**choice, "delta": deltas[-1]})
+        entries = [e for e in entries if e["delta"] or e.get("finish_reason") is not None]
+        if entries == [choice]:
+            return UNCHANGED
+        return entries
+
+    def _piece_fields(self, piece: Piece, state: _Choice) -> dict[str, Any]:
+        kind, text = piece
+        if kind == "content":
+            return {"content": text}
+        if self.exclude:
+            return {}
+        entry = self._emit(state, {"type": "reasoning.text", "text": text, "format": "unknown"})
+        return {"reasoning": text, "reasoning_details": [entry] if entry is not None else []}
+
+    def _reasoning_fields(self, delta: dict[str, Any], state: _Choice) -> dict[str, Any]:
+        """The reasoning fields of the normalized delta (empty with ``exclude``)."""
+        if self.exclude:
+            return {}
+        details = delta.get("reasoning_details")
+        reasoning = delta.get("reasoning")
+        plain = reasoning if isinstance(reasoning, str) and reasoning else None
+        if plain is None:
+            content_text = delta.get("reasoning_content")
+            plain = content_text if isinstance(content_text, str) and content_text else None
+        fields: dict[str, Any] = {}
+        if "reasoning" in delta and plain is None:
+            fields["reasoning"] = reasoning
+        if not isinstance(details, list):
+            if plain is None:
+                if details is not None:
+                    fields["reasoning_details"] = details
+                return fields
+            entry = self._emit(state, {"type": "reasoning.text", "text": plain, "format": "unknown"})
+            return {"reasoning": plain, "reasoning_details": [entry] if entry is not None else []}
+        shown = visible_text(details)
+        emitted: list[Any] = []
+        if plain is not None and not shown:
+            entry = self._emit(state, {"type": "reasoning.text", "text": plain, "format": "unknown"})
+            if entry is not None:
+                emitted.append(entry)
+        for fragment in details:
+            entry = self._emit(state, fragment)
+            if entry is not None:
+                emitted.append(entry)
+        text = shown or plain
+        if text is not None:
+            fields["reasoning"] = text
+        fields["reasoning_details"] = emitted
+        return fields
+
+    def _emit(self, state: _Choice, fragment: Any) -> Any:
+        """The entry to stream for ``fragment``: its detail's ``index`` set, non-growing fields once per detail."""
+        where = state.rebuilder.target(fragment)
+        if where is None:
+            return None
+        action, pos = where
+        if not isinstance(fragment, dict):
+            state.rebuilder.add(fragment)
+            return fragment
+        if action == "new":
+            entry = dict(fragment)
+            entry["index"] = pos
+        elif action == "extend":
+            entry = {k: v for k, v in fragment.items() if k in _GROWING}
+            entry["index"] = pos
+        else:
+            target = state.rebuilder.details[pos]
+            entry = {"type": fragment.get("type")}
+            for key in FILLED_KEYS:
+                if key in fragment and key not in target and key != "index":
+                    entry[key] = fragment[key]
+            if len(entry) == 1:
+                return None
+            entry["index"] = pos
+        state.rebuilder.add(entry)
+        return entry
+
+    def finish(self) -> list[dict[str, Any]]:
+        """End of the stream (``[DONE]`` or the last byte): chunks for text a think splitter still holds.
+
+        Only choices that never sent a ``finish_reason`` can hold text here (some servers never send one).
+        """
+        envelope = self._envelope
+        if envelope is None:
+            return []
+        out: list[dict[str, Any]] = []
+        for index, state in self._choices.items():
+            if state.splitter is None or state.finished:
+                continue
+            state.finished = True
+            for piece in state.splitter.flush():
+                fields = self._piece_fields(piece, state)
+                if fields:
+                    choice = {"index": index, "delta": fields, "finish_reason": None}
+                    out.append({**envelope, "choices": [choice], **({"usage": None} if "usage" in envelope else {})})
+        return out
+
+
+def _merge(pieces: list[Piece]) -> list[Piece]:
+    merged: list[Piece] = []
+    for kind, text in pieces:
+        if merged and merged[-1][0] == kind:
+            merged[-1] = (kind, merged[-1][1] + text)
+        elif text:
+            merged.append((kind, text))
+    return merged
+
+
+def _ordered(original: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` in the key order of ``original`` (new keys after), for readable output."""
+    ordered = {k: fields[k] for k in original if k in fields}
+    if "reasoning_content" in original and "reasoning" in fields and "reasoning" not in ordered:
+        ordered = {}
+        for k in original:
+            if k == "reasoning_content":
+                ordered["reasoning"] = fields["reasoning"]
+            elif k in fields:
+                ordered[k] = fields[k]
+    for k, v in fields.items():
+        ordered.setdefault(k, v)
+    return ordered
+
+
+def _is_delta_choice(choice: Any) -> bool:
+    return isinstance(choice, dict) and isinstance(choice.get("delta"), dict)

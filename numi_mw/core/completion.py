@@ -1,0 +1,99 @@
+"""Buffered chat completions in one reasoning shape (spec 004 "Response fields").
+
+On each choice's ``message``:
+
+- ``reasoning`` (the plain visible text) and ``reasoning_details`` as the provider returned them. When the
+  provider returned details but no ``reasoning`` string, ``reasoning`` is their visible text.
+- Plain reasoning with no details (``reasoning_content``, ``reasoning`` alone, or reasoning tags inside
+  ``content``) becomes ``reasoning`` plus one ``reasoning.text`` detail with format ``unknown``.
+- ``reasoning_content`` is removed: its text is in ``reasoning``.
+- With ``exclude``, ``reasoning``, ``reasoning_details`` and ``reasoning_content`` are all omitted, and
+  reasoning tags with their text are cut from ``content``. Usage passes through unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from numi_mw.core.reasoning_text import REASONING_KEYS, ThinkTags, visible_text
+
+
+def normalize_completion(data: Any, *, exclude: bool = False, think: ThinkTags | None = None) -> bool:
+    """Normalize a decoded chat completion in place.
+
+    Args:
+        data: the decoded response body (anything that is not a chat completion is left alone).
+        exclude: reasoning is excluded from the response.
+        think: split reasoning tags out of ``message.content`` with these settings (``auto`` start: a closing
+            tag with no opening tag makes the text before it reasoning).
+
+    Returns:
+        Whether ``data`` changed.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+        return False
+    changed = False
+    for choice in data["choices"]:
+        if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
+            changed = _normalize_message(choice["message"], exclude, think) or changed
+    return changed
+
+
+def _normalize_message(message: dict[str, Any], exclude: bool, think: ThinkTags | None) -> bool:
+    content = message.get("content")
+    tagged = ""
+    changed = False
+    if think is not None and isinstance(content, str) and content:
+        tagged, rest = think.split_all(content)
+        if rest != content:
+            message["content"] = rest
+            changed = True
+    if exclude:
+        for key in REASONING_KEYS:
+            if key in message:
+                del message[key]
+                changed = True
+        return changed
+    reasoning = message.get("reasoning")
+    details = message.get("reasoning_details")
+    plain_content = message.get("reasoning_content")
+    plain = next(
+        (t for t in (reasoning, plain_content, tagged) if isinstance(t, str) and t),
+        None,
+    )
+    fields: dict[str, Any] = {}
+    if isinstance(details, list) and details:
+        fields["reasoning"] = reasoning if isinstance(reasoning, str) and reasoning else visible_text(details) or plain
+        fields["reasoning_details"] = details
+    elif plain is not None:
+        fields["reasoning"] = plain
+        fields["reasoning_details"] = [{"type": "reasoning.text", "text": plain, "format": "unknown"}]
+    else:
+        if "reasoning_content" in message:
+            del message["reasoning_content"]
+            return True
+        return changed
+    if fields["reasoning"] is None:
+        del fields["reasoning"]
+    before = {k: message.get(k) for k in REASONING_KEYS if k in message}
+    if before == fields:
+        return changed
+    _replace_reasoning(message, fields)
+    return True
+
+
+def _replace_reasoning(message: dict[str, Any], fields: dict[str, Any]) -> None:
+    """Set ``fields`` on ``message`` in place of its reasoning keys, at the position of the first of them."""
+    items: list[tuple[str, Any]] = []
+    placed = False
+    for key, value in message.items():
+        if key in REASONING_KEYS:
+            if not placed:
+                items.extend(fields.items())
+                placed = True
+            continue
+        items.append((key, value))
+    if not placed:
+        items.extend(fields.items())
+    message.clear()
+    message.update(items)

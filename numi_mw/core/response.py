@@ -1,0 +1,140 @@
+"""The response side of the core: upstream bytes in, client bytes out (DESIGN.md "response").
+
+``ResponseRewriter`` is sans-I/O: a shell feeds it the upstream body as it arrives and sends what it returns.
+
+- ``text/event-stream`` (2xx): events are decoded incrementally (``sse.SSEDecoder``, split at any byte) and
+  each chunk goes through ``chunks.ChunkNormalizer``; an event that needs no change leaves as its original
+  bytes, and comments and ``data: [DONE]`` pass through. Nothing is buffered beyond the current event.
+- ``application/json`` (2xx): the body is a buffered completion; it is collected and normalized by
+  ``completion.normalize_completion`` at the end.
+- Anything else (other media types, error statuses) passes through unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+from numi_mw.core import codec
+from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
+from numi_mw.core.completion import normalize_completion
+from numi_mw.core.providers import ProviderRules
+from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
+from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event
+
+Mode = Literal["sse", "json", "pass"]
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseOptions:
+    """What the response side does for one request.
+
+    Attributes:
+        exclude: keep reasoning out of the response (spec 004: "With exclude: true, both fields are omitted").
+        think: split reasoning tags out of ``content`` with these settings, or ``None``.
+    """
+
+    exclude: bool = False
+    think: ThinkTags | None = None
+
+
+def think_tags_for(rules: ProviderRules, split: bool | None = None, start: ThinkStart = "content") -> ThinkTags | None:
+    """The think-tag settings for ``rules``'s provider: ``split`` forces them on or off; ``None`` means the
+    provider's default (on for ``local``, whose servers may return ``<think>`` tags inside ``content``)."""
+    enabled = rules.split_think_tags if split is None else split
+    return ThinkTags(start=start) if enabled else None
+
+
+def response_mode(status: int, content_type: str | None) -> Mode:
+    """How a response is handled: ``sse``, ``json`` or ``pass`` (unchanged)."""
+    if not 200 <= status < 300 or not content_type:
+        return "pass"
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "text/event-stream":
+        return "sse"
+    if media == "application/json" or media.endswith("+json"):
+        return "json"
+    return "pass"
+
+
+class ResponseRewriter:
+    """Rewrite one response body; one instance per response.
+
+    Args:
+        options: what to do (``response_options``).
+        mode: ``response_mode`` of the response.
+
+    ``feed(bytes) -> bytes`` returns what to send now; ``finish() -> bytes`` what to send at the end of the body.
+    In ``json`` mode everything is returned by ``finish`` (shells then set ``content-length``); in ``sse`` mode
+    the body has no fixed length any more.
+    """
+
+    __slots__ = ("_buffer", "_decoder", "_done", "_normalizer", "mode", "options")
+
+    def __init__(self, options: ResponseOptions, mode: Mode) -> None:
+        self.options = options
+        self.mode = mode
+        self._buffer: list[bytes] = []
+        self._decoder = SSEDecoder()
+        self._normalizer = ChunkNormalizer(exclude=options.exclude, think=options.think)
+        self._done = False
+
+    @property
+    def changes_length(self) -> bool:
+        """Whether the body may differ from the upstream's (drop or recompute ``content-length``)."""
+        return self.mode != "pass"
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take the next bytes of the upstream body; return the bytes to send now."""
+        if self.mode == "pass":
+            return chunk
+        if self.mode == "json":
+            self._buffer.append(chunk)
+            return b""
+        return b"".join(self._event(event) for event in self._decoder.feed(chunk))
+
+    def finish(self) -> bytes:
+        """End of the upstream body; return the last bytes to send."""
+        if self.mode == "pass":
+            return b""
+        if self.mode == "json":
+            return self._completion(b"".join(self._buffer))
+        out = [self._event(event) for event in self._decoder.flush()]
+        if not self._done:
+            out.append(self._closing_chunks())
+        return b"".join(out)
+
+    def _closing_chunks(self) -> bytes:
+        self._done = True
+        return b"".join(encode_event(codec.encode(chunk)) for chunk in self._normalizer.finish())
+
+    def _event(self, event: SSEEvent) -> bytes:
+        data = event.data
+        if data is None:
+            return event.raw
+        if event.is_done:
+            return self._closing_chunks() + event.raw
+        options = self.options
+        if options.think is None and b"reasoning" not in data:
+            return event.raw
+        try:
+            value = codec.decoder.decode(data)
+        except msgspec.DecodeError:
+            return event.raw
+        chunks = self._normalizer.chunk(value)
+        if chunks is UNCHANGED:
+            return event.raw
+        return b"".join(encode_event(codec.encode(chunk), event=event.event, id=event.id) for chunk in chunks)
+
+    def _completion(self, body: bytes) -> bytes:
+        if not self.options.exclude and self.options.think is None and b"reasoning" not in body:
+            return body
+        try:
+            value = codec.decoder.decode(body)
+        except msgspec.DecodeError:
+            return body
+        if not normalize_completion(value, exclude=self.options.exclude, think=self.options.think):
+            return body
+        return codec.encode(value)

@@ -1,0 +1,75 @@
+"""Helpers for response tests: run bytes through the core's ``ResponseRewriter`` and read the client's view."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from openai.lib.streaming._deltas import accumulate_delta
+
+from numi_mw.core.reasoning_text import ThinkTags
+from numi_mw.core.response import ResponseOptions, ResponseRewriter
+from numi_mw.core.sse import SSEDecoder
+
+
+def rewrite(body: bytes, *, exclude: bool = False, think: ThinkTags | None = None, cuts: tuple[int, ...] = ()) -> bytes:
+    """The client's bytes for an upstream SSE ``body`` fed in pieces cut at ``cuts``."""
+    rewriter = ResponseRewriter(ResponseOptions(exclude=exclude, think=think), "sse")
+    bounds = [0, *cuts, len(body)]
+    out = [rewriter.feed(body[a:b]) for a, b in itertools.pairwise(bounds)]
+    return b"".join(out) + rewriter.finish()
+
+
+def rewrite_json(body: bytes, *, exclude: bool = False, think: ThinkTags | None = None) -> bytes:
+    rewriter = ResponseRewriter(ResponseOptions(exclude=exclude, think=think), "json")
+    return rewriter.feed(body) + rewriter.finish()
+
+
+def sse_chunks(body: bytes) -> list[dict[str, Any]]:
+    """The chat completion chunks (JSON data of the events, without ``[DONE]``) of an SSE body."""
+    decoder = SSEDecoder()
+    chunks = []
+    for event in decoder.feed(body) + decoder.flush():
+        if event.data is not None and not event.is_done:
+            chunks.append(json.loads(event.data))
+    return chunks
+
+
+def frame_jsonl(raw: bytes) -> bytes:
+    """``.jsonl`` fixture lines (SSE framing removed by their source) framed as an SSE stream."""
+    return b"".join(b"data: " + line + b"\n\n" for line in raw.splitlines() if line.strip()) + b"data: [DONE]\n\n"
+
+
+@dataclass
+class ClientView:
+    """What a client reads from normalized chunks (choice 0)."""
+
+    reasoning: str = ""
+    content: str = ""
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None
+    sdk_message: dict[str, Any] = field(default_factory=dict)
+    chunks_with_reasoning: list[dict[str, Any]] = field(default_factory=list)
+
+
+def client_view(chunks: list[dict[str, Any]]) -> ClientView:
+    view = ClientView()
+    acc: dict[object, object] = {}
+    for chunk in chunks:
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("reasoning"), str):
+                view.reasoning += delta["reasoning"]
+                view.chunks_with_reasoning.append(delta)
+            if isinstance(delta.get("content"), str):
+                view.content += delta["content"]
+            view.entries.extend(delta.get("reasoning_details") or [])
+            if choice.get("finish_reason") is not None:
+                view.finish_reason = choice["finish_reason"]
+            accumulate_delta(acc, json.loads(json.dumps(delta)))
+    view.sdk_message = {str(k): v for k, v in acc.items()}
+    return view
