@@ -109,6 +109,8 @@ def _serve(args: argparse.Namespace) -> int:
         provider=args.provider,
         max_body_bytes=args.max_body_bytes,
         timeout=httpx.Timeout(args.timeout, connect=10.0),
+        think_tags=args.think_tags,
+        think_start=args.think_start,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -1,9 +1,10 @@
-"""``ReasoningMiddleware``: pure ASGI middleware that normalizes chat completions requests.
+"""``ReasoningMiddleware``: pure ASGI middleware that normalizes chat completions requests and responses.
 
 Mount it in any ASGI app (Starlette, FastAPI). It rewrites the body of ``POST …/chat/completions`` requests
-with a JSON body through ``numi_mw.core.request.prepare_request`` and fixes ``content-length``; everything
-else (other paths and methods, websockets, lifespan, non-JSON bodies) passes through untouched. Responses are
-never buffered.
+with a JSON body through ``numi_mw.core.request.prepare_request`` and fixes ``content-length``, then
+normalizes the app's successful response through ``numi_mw.core.response`` (an SSE stream event by event, never
+buffered; a JSON body whole). Everything else (other paths and methods, websockets, lifespan, non-JSON bodies,
+error responses) passes through untouched.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from numi_mw.asgi import send_error
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules, get_provider
+from numi_mw.core.reasoning_text import ThinkStart
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
+from numi_mw.core.response import ResponseOptions, ResponseRewriter, response_mode, think_tags_for
 
 
 class ReasoningMiddleware:
@@ -24,6 +27,9 @@ class ReasoningMiddleware:
         provider: the target provider whose rules apply (``openrouter``, ``ppq``, ``openai``, ``inception``,
             ``anthropic``, ``zai``, ``deepseek``, ``local``, ``generic``), or a ``ProviderRules``.
         max_body_bytes: request body limit in bytes; a larger body gets 413 ``payload_too_large``.
+        think_tags: split ``<think>`` tags out of response content: ``None`` for the provider's default (on for
+            ``local``), ``True``/``False`` to force it.
+        think_start: where a stream starts for the think splitter (``reasoning_text.ThinkTags.start``).
 
     Raises:
         ValueError: ``provider`` is not a known provider name.
@@ -38,10 +44,13 @@ class ReasoningMiddleware:
         *,
         provider: str | ProviderRules = "generic",
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        think_tags: bool | None = None,
+        think_start: ThinkStart = "content",
     ) -> None:
         self.app = app
         self.rules = provider if isinstance(provider, ProviderRules) else get_provider(provider)
         self.max_body_bytes = max_body_bytes
+        self.think = think_tags_for(self.rules, think_tags, think_start)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not is_chat_completions(scope["method"], scope["path"]) or not _is_json(scope):
@@ -67,6 +76,9 @@ class _RequestResponder:
         self.send = send
         self.replayed = False
         self.body = b""
+        self.options = ResponseOptions()
+        self.rewriter: ResponseRewriter | None = None
+        self.start: Message = {}
 
     async def run(self) -> None:
         chunks: list[bytes] = []
@@ -89,12 +101,50 @@ class _RequestResponder:
             await send_error(self.send, error)
             return
         self.body = prepared.body
+        self.options = ResponseOptions(exclude=prepared.controls.exclude, think=self.mw.think)
         scope = self.scope
         if prepared.changed:
             headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
             headers.append((b"content-length", str(len(self.body)).encode()))
             scope = {**scope, "headers": headers}
-        await self.mw.app(scope, self.replay, self.send)
+        await self.mw.app(scope, self.replay, self.send_normalized)
+
+    async def send_normalized(self, message: Message) -> None:
+        """Normalize the wrapped app's response: SSE event by event, a JSON body whole (``core.response``)."""
+        kind = message["type"]
+        if kind == "http.response.start":
+            content_type = None
+            for key, value in message.get("headers", []):
+                if key.lower() == b"content-type":
+                    content_type = value.decode("latin-1")
+            mode = response_mode(message["status"], content_type)
+            if mode == "pass":
+                await self.send(message)
+                return
+            self.rewriter = ResponseRewriter(self.options, mode)
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"content-length"]
+            self.start = {**message, "headers": headers}
+            if mode == "sse":
+                await self.send(self.start)
+            return
+        rewriter = self.rewriter
+        if kind != "http.response.body" or rewriter is None:
+            await self.send(message)
+            return
+        more = message.get("more_body", False)
+        out = rewriter.feed(message.get("body", b""))
+        if not more:
+            out += rewriter.finish()
+        if rewriter.mode == "json":
+            if more:
+                return
+            start = dict(self.start)
+            start["headers"] = [*start["headers"], (b"content-length", str(len(out)).encode())]
+            await self.send(start)
+            await self.send({"type": "http.response.body", "body": out, "more_body": False})
+            return
+        if out or not more:
+            await self.send({"type": "http.response.body", "body": out, "more_body": more})
 
     async def replay(self) -> Message:
         """Give the (rewritten) body once, then delegate to the original ``receive``."""

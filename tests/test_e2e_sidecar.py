@@ -1,7 +1,8 @@
 """End to end: the real ``numi-mw serve`` process between the openai SDK and a replay upstream on loopback.
 
 The replay upstream serves recorded provider traffic from ``../shared/fixtures/openai-chat/`` as recorded.
-Requests reach it normalized; responses come back unbuffered.
+Requests reach it normalized; responses come back normalized (spec 004 "Response fields", "Streaming") and
+unbuffered.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import httpx
 import openai
 import pytest
 
+from numi_mw.core.details import rebuild_reasoning_details
 from tests.e2e_support import MODELS, ReplayUpstream, fixture_body, free_port, sidecar, split_events
+from tests.response_support import client_view, rewrite, rewrite_json, sse_chunks
 
 
 @pytest.fixture(scope="module")
@@ -106,10 +109,19 @@ def test_buffered_request_is_normalized_and_the_body_comes_back_as_recorded(
         "model": "anthropic/claude-sonnet-4.5",
         "reasoning": {"effort": "high", "exclude": False},
     }
-    assert raw.http_response.content == fixture_body(fixture)[0]
-    completion = raw.parse()
-    recorded = json.loads(fixture_body(fixture)[0])
-    assert completion.choices[0].message.content == recorded["choices"][0]["message"]["content"]
+    assert raw.http_response.content == rewrite_json(fixture_body(fixture)[0])
+    assert raw.http_response.headers["content-length"] == str(len(raw.http_response.content))
+    message = raw.parse().choices[0].message
+    recorded = json.loads(fixture_body(fixture)[0])["choices"][0]["message"]
+    assert message.content == recorded["content"]
+    reasoning = recorded.get("reasoning") or recorded["reasoning_content"]
+    assert message.model_extra is not None
+    assert message.model_extra["reasoning"] == reasoning
+    assert "reasoning_content" not in message.model_extra
+    expected_details = recorded.get("reasoning_details") or [
+        {"type": "reasoning.text", "text": reasoning, "format": "unknown"}
+    ]
+    assert message.model_extra["reasoning_details"] == expected_details
 
 
 STREAMS = [
@@ -131,15 +143,16 @@ def recorded_chunks(fixture: str) -> list[dict[str, Any]]:
     return chunks
 
 
+@pytest.mark.parametrize("include", [True, False])
 @pytest.mark.parametrize("fixture", STREAMS)
-def test_streamed_request_is_normalized_and_every_recorded_event_arrives(
-    shared_dir: Path, upstream: ReplayUpstream, client: openai.OpenAI, fixture: str
+def test_streamed_request_is_normalized_and_every_event_arrives_normalized(
+    shared_dir: Path, upstream: ReplayUpstream, client: openai.OpenAI, fixture: str, include: bool
 ) -> None:
     stream = client.chat.completions.create(
         model="deepseek-reasoner",
         messages=history(shared_dir),  # type: ignore[arg-type]
         stream=True,
-        extra_body={"include_reasoning": False, "reasoning": {"max_tokens": 2000}},
+        extra_body={"include_reasoning": include, "reasoning": {"max_tokens": 2000}},
         extra_headers={"x-replay-fixture": fixture},
     )
     received = [chunk.model_dump(mode="json", exclude_unset=True) for chunk in stream]
@@ -147,9 +160,36 @@ def test_streamed_request_is_normalized_and_every_recorded_event_arrives(
         "messages": expected_upstream_history(shared_dir),
         "model": "deepseek-reasoner",
         "stream": True,
-        "reasoning": {"max_tokens": 2000, "exclude": True},
+        "reasoning": {"max_tokens": 2000, "exclude": not include},
     }
-    assert received == recorded_chunks(fixture)
+    assert received == sse_chunks(rewrite(fixture_body(fixture)[0], exclude=not include))
+    recorded = recorded_chunks(fixture)
+    assert client_view(received).content == client_view(recorded).content
+    if not include:
+        assert client_view(received).reasoning == ""
+        assert client_view(received).entries == []
+
+
+@pytest.mark.parametrize("fixture", STREAMS)
+def test_openai_stream_helper_accumulates_the_spec_rebuild(
+    shared_dir: Path, client: openai.OpenAI, fixture: str
+) -> None:
+    with client.chat.completions.stream(
+        model="m",
+        messages=[{"role": "user", "content": "Hi"}],
+        extra_headers={"x-replay-fixture": fixture},
+    ) as stream:
+        entries: list[Any] = []
+        display = ""
+        for event in stream:
+            if event.type == "chunk" and event.chunk.choices:
+                extra = event.chunk.choices[0].delta.model_extra or {}
+                entries.extend(extra.get("reasoning_details") or [])
+                display += extra.get("reasoning") or ""
+        final = stream.get_final_completion()
+    message_extra = final.choices[0].message.model_extra or {}
+    assert [dict(e) for e in message_extra.get("reasoning_details", [])] == rebuild_reasoning_details(entries)
+    assert (message_extra.get("reasoning") or "") == display
 
 
 def test_stream_bytes_arrive_exactly_and_before_the_upstream_finishes(
@@ -174,7 +214,7 @@ def test_stream_bytes_arrive_exactly_and_before_the_upstream_finishes(
         for chunk in response.iter_raw():
             received += chunk
             arrivals.append(time.monotonic() - start)
-    assert received == fixture_body(fixture)[0]
+    assert received == rewrite(fixture_body(fixture)[0])
     # The first bytes arrive long before the upstream has dripped all its events (0.05 s apart).
     assert arrivals[0] < (len(events) - 1) * 0.05 / 2
     assert len(arrivals) > 1

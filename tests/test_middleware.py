@@ -192,8 +192,57 @@ async def test_raw_asgi_drive_streams_event_by_event() -> None:
     disconnect.set()
     bodies = [m.get("body", b"") for m in sent if m["type"] == "http.response.body"]
     assert sent[0]["type"] == "http.response.start"
-    assert bodies[:2] == [b'data: {"choices":[{"index":0,"delta":{"reasoning":"Spell"}}]}\n\n', b"data: [DONE]\n\n"]
+    assert bodies[:2] == [
+        b'data: {"choices":[{"index":0,"delta":{"reasoning":"Spell","reasoning_details":'
+        b'[{"type":"reasoning.text","text":"Spell","format":"unknown","index":0}]}}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    assert all("content-length" not in dict(m).get("headers", {}) for m in sent[:1])
     assert first_received.is_set()
+
+
+COMPLETION = {
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Three.", "reasoning_content": "Spell it out."},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14},
+}
+
+
+async def completion(request: Request) -> Response:
+    await request.body()
+    return JSONResponse(COMPLETION)
+
+
+def completion_client(provider: str = "deepseek") -> TestClient:
+    app = Starlette(routes=[Route("/v1/chat/completions", completion, methods=["POST"])])
+    app.add_middleware(ReasoningMiddleware, provider=provider)
+    return TestClient(app)
+
+
+def test_json_response_gets_the_one_reasoning_shape() -> None:
+    with completion_client() as client:
+        response = client.post("/v1/chat/completions", json={"model": "m", "messages": []})
+    assert response.json()["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "Three.",
+        "reasoning": "Spell it out.",
+        "reasoning_details": [{"type": "reasoning.text", "text": "Spell it out.", "format": "unknown"}],
+    }
+    assert response.headers["content-length"] == str(len(response.content))
+
+
+def test_json_response_excluded_when_asked() -> None:
+    with completion_client() as client:
+        response = client.post("/v1/chat/completions", json={"model": "m", "include_reasoning": False})
+    assert response.json() == {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Three."}, "finish_reason": "stop"}],
+        "usage": COMPLETION["usage"],
+    }
 
 
 async def _unused(scope: Scope, receive: Receive, send: Send) -> None:  # keeps type imports honest

@@ -10,6 +10,7 @@ from typing import Any
 
 from numi_mw.core import codec
 from numi_mw.core.controls import NO_CONTROLS, ReasoningControls, encode_controls, fold_controls
+from numi_mw.core.details import check_detail_limits
 from numi_mw.core.errors import ApiError
 from numi_mw.core.history import normalize_messages
 from numi_mw.core.providers import ProviderRules
@@ -62,7 +63,9 @@ def prepare_request(
 
     Raises:
         ApiError: 413 ``payload_too_large`` over ``max_body_bytes``; 400 ``invalid_json`` when ``body`` is not
-            JSON; 400 ``invalid_request`` (with the field path as ``param``) for a body of the wrong shape.
+            JSON; 400 ``invalid_request`` (with the field path as ``param``) for a body of the wrong shape or a
+            reasoning detail over its size limit (spec 004 "Reasoning detail": text 4 MiB, signature 1 MiB,
+            data 8 MiB).
     """
     if len(body) > max_body_bytes:
         raise ApiError(
@@ -90,8 +93,10 @@ def normalize_body(data: dict[str, Any], rules: ProviderRules) -> tuple[Reasonin
     controls, changed = fold_controls(data)
     if controls.present and encode_controls(data, controls, rules):
         changed = True
-    if "messages" in data and normalize_messages(data["messages"], rules.reasoning_field):
-        changed = True
+    if "messages" in data:
+        if normalize_messages(data["messages"], rules.reasoning_field):
+            changed = True
+        check_detail_limits(data["messages"])
     return controls, changed
 
 

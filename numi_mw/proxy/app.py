@@ -2,8 +2,9 @@
 
 The sidecar's ``/v1`` stands for the upstream base URL (which may carry a path, e.g.
 ``https://openrouter.ai/api/v1``): ``/v1/chat/completions`` reaches ``<base>/chat/completions``. Chat
-completions requests are normalized (``numi_mw.core.request``); every other method and path is forwarded as
-is. Response bodies stream back chunk by chunk, never buffered.
+completions requests are normalized (``numi_mw.core.request``) and their successful responses too
+(``numi_mw.core.response``: SSE event by event, JSON bodies whole); every other method and path, and upstream
+errors, are forwarded as is. Streams go back event by event as they arrive, never buffered.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from starlette.routing import Route
 from numi_mw.asgi import HOP_BY_HOP, without_headers
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules, get_provider, infer_provider
+from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
+from numi_mw.core.response import ResponseOptions, ResponseRewriter, response_mode, think_tags_for
 
 log = logging.getLogger("numi_mw.proxy")
 
@@ -32,7 +35,7 @@ DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
-_DROP_RESPONSE = HOP_BY_HOP | {b"content-length"}
+_DROP_REWRITTEN = HOP_BY_HOP | {b"content-length", b"content-encoding"}
 
 
 def _error_response(error: ApiError) -> Response:
@@ -58,9 +61,11 @@ class _Sidecar:
         max_body_bytes: int,
         timeout: httpx.Timeout,
         transport: httpx.AsyncBaseTransport | None,
+        think: ThinkTags | None,
     ) -> None:
         self.base = httpx.URL(upstream.rstrip("/"))
         self.rules = rules
+        self.think = think
         self.max_body_bytes = max_body_bytes
         self.timeout = timeout
         self.transport = transport
@@ -94,6 +99,7 @@ class _Sidecar:
             raise RuntimeError("the sidecar's lifespan has not started")
         method = request.method
         content: bytes | AsyncIterator[bytes]
+        options: ResponseOptions | None = None
         if is_chat_completions(method, request.url.path):
             declared = request.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
@@ -103,6 +109,7 @@ class _Sidecar:
             except ApiError as error:
                 return _error_response(error)
             content = prepared.body
+            options = ResponseOptions(exclude=prepared.controls.exclude, think=self.think)
         else:
             content = request.stream()
         headers = without_headers(request.headers.raw, _DROP_REQUEST)
@@ -124,9 +131,34 @@ class _Sidecar:
             return _error_response(
                 ApiError(502, "upstream_unavailable", "The upstream could not be reached; try again later.")
             )
-        response_headers = without_headers(upstream.headers.raw, _DROP_RESPONSE)
+        mode = response_mode(upstream.status_code, upstream.headers.get("content-type"))
+        if options is None or mode == "pass":
+            response = StreamingResponse(
+                _relay(upstream), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
+            )
+            response.raw_headers = without_headers(upstream.headers.raw, HOP_BY_HOP)
+            return response
+        rewriter = ResponseRewriter(options, mode)
+        response_headers = without_headers(upstream.headers.raw, _DROP_REWRITTEN)
+        if mode == "json":
+            try:
+                body = await upstream.aread()
+            except httpx.TransportError as exc:
+                log.warning("upstream body ended early: %s", exc)
+                return _error_response(
+                    ApiError(502, "upstream_unavailable", "The upstream response ended early; try again later.")
+                )
+            finally:
+                await upstream.aclose()
+            body = rewriter.feed(body) + rewriter.finish()
+            response_headers.append((b"content-length", str(len(body)).encode()))
+            plain = Response(body, status_code=upstream.status_code)
+            plain.raw_headers = response_headers
+            return plain
         response = StreamingResponse(
-            _relay(upstream), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
+            _relay_rewritten(upstream, rewriter),
+            status_code=upstream.status_code,
+            background=BackgroundTask(upstream.aclose),
         )
         response.raw_headers = response_headers
         return response
@@ -137,6 +169,22 @@ async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:
     try:
         async for chunk in upstream.aiter_raw():
             yield chunk
+    except httpx.TransportError as exc:
+        log.warning("upstream stream ended early: %s", exc)
+    finally:
+        await upstream.aclose()
+
+
+async def _relay_rewritten(upstream: httpx.Response, rewriter: ResponseRewriter) -> AsyncIterator[bytes]:
+    """Yield the normalized SSE body event by event as the upstream sends it; close the upstream on every path."""
+    try:
+        async for chunk in upstream.aiter_bytes():
+            out = rewriter.feed(chunk)
+            if out:
+                yield out
+        tail = rewriter.finish()
+        if tail:
+            yield tail
     except httpx.TransportError as exc:
         log.warning("upstream stream ended early: %s", exc)
     finally:
@@ -156,6 +204,8 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
     transport: httpx.AsyncBaseTransport | None = None,
+    think_tags: bool | None = None,
+    think_start: ThinkStart = "content",
 ) -> Starlette:
     """Build the sidecar app for one upstream.
 
@@ -166,6 +216,9 @@ def create_app(
         max_body_bytes: request body limit in bytes (413 ``payload_too_large`` above it).
         timeout: upstream timeouts in seconds (a read timeout applies between chunks).
         transport: an ``httpx`` transport for the upstream (tests); the default opens real connections.
+        think_tags: split ``<think>`` tags out of response content: ``None`` for the provider's default (on for
+            ``local``), ``True``/``False`` to force it.
+        think_start: where a stream starts for the think splitter (``reasoning_text.ThinkTags.start``).
 
     Raises:
         ValueError: ``provider`` is not a known provider name.
@@ -181,6 +234,7 @@ def create_app(
         max_body_bytes,
         timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
         transport,
+        think_tags_for(rules, think_tags, think_start),
     )
     app = Starlette(
         routes=[Route("/{path:path}", sidecar.handle, methods=_METHODS)],
