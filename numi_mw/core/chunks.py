@@ -192,7 +192,8 @@ class ChunkNormalizer:
         text = shown or plain
         if text is not None:
             fields["reasoning"] = text
-        fields["reasoning_details"] = emitted
+        if emitted or not details:
+            fields["reasoning_details"] = emitted
         return fields
 
     def _emit(self, state: _Choice, fragment: Any) -> Any:

@@ -1,0 +1,297 @@
+"""Chunk normalization (spec 004 "Streaming"), exact bytes for the spec's own example and each rule."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from numi_mw.core.details import rebuild_reasoning_details
+from numi_mw.core.reasoning_text import ThinkTags
+from tests.response_support import client_view, rewrite, sse_chunks
+
+ENVELOPE = '"id":"6f1c2b8e-3d4a-4f5b-9c7d-2e8a1b0c9d3f","object":"chat.completion.chunk","created":1790000000,"model":"openai/gpt-6-luna"'
+
+
+def event(delta: str, finish: str = "null") -> bytes:
+    return f'data: {{{ENVELOPE},"choices":[{{"index":0,"delta":{delta},"finish_reason":{finish}}}]}}\n\n'.encode()
+
+
+def data(body: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+
+SPEC_STREAM = (
+    event(
+        '{"role":"assistant","reasoning":"Spell it out: ","reasoning_details":[{"type":"reasoning.text","text":"Spell it out: "}]}'
+    )
+    + event(
+        '{"reasoning":"s, t, r, a, w, b, e, r, r, y.","reasoning_details":[{"type":"reasoning.text","text":"s, t, r, a, w, b, e, r, r, y."}]}'
+    )
+    + event('{"content":"Three."}')
+    + event("{}", '"stop"')
+)
+
+
+def test_spec_example_gets_indices_and_nothing_else() -> None:
+    out = rewrite(SPEC_STREAM + b"data: [DONE]\n\n")
+    assert out == (
+        event(
+            '{"role":"assistant","reasoning":"Spell it out: ","reasoning_details":[{"type":"reasoning.text","text":"Spell it out: ","index":0}]}'
+        )
+        + event(
+            '{"reasoning":"s, t, r, a, w, b, e, r, r, y.","reasoning_details":[{"type":"reasoning.text","text":"s, t, r, a, w, b, e, r, r, y.","index":0}]}'
+        )
+        + event('{"content":"Three."}')
+        + event("{}", '"stop"')
+        + b"data: [DONE]\n\n"
+    )
+    view = client_view(sse_chunks(out))
+    assert view.reasoning == "Spell it out: s, t, r, a, w, b, e, r, r, y."
+    assert rebuild_reasoning_details(view.entries) == [
+        {"type": "reasoning.text", "text": "Spell it out: s, t, r, a, w, b, e, r, r, y.", "index": 0}
+    ]
+
+
+def test_events_that_need_no_change_leave_as_their_bytes() -> None:
+    body = (
+        b": OPENROUTER PROCESSING\n\n"
+        + event('{"content":"Three."}')
+        + b'data: {"usage":{"completion_tokens":3}}\n\nid: 7\ndata: [DONE]\n\n'
+    )
+    assert rewrite(body) == body
+
+
+def test_reasoning_content_becomes_reasoning_plus_one_detail() -> None:
+    out = rewrite(
+        data(chunk({"role": "assistant", "content": None, "reasoning_content": "Hm"}))
+        + data(chunk({"content": None, "reasoning_content": "m."}))
+    )
+    assert sse_chunks(out) == [
+        chunk(
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning": "Hm",
+                "reasoning_details": [{"type": "reasoning.text", "text": "Hm", "format": "unknown", "index": 0}],
+            }
+        ),
+        chunk(
+            {
+                "content": None,
+                "reasoning": "m.",
+                "reasoning_details": [{"type": "reasoning.text", "text": "m.", "index": 0}],
+            }
+        ),
+    ]
+
+
+def test_empty_reasoning_content_is_removed_without_a_detail() -> None:
+    out = rewrite(data(chunk({"role": "assistant", "content": None, "reasoning_content": ""})))
+    assert sse_chunks(out) == [chunk({"role": "assistant", "content": None})]
+
+
+def test_non_growing_fields_once_per_detail_and_signature_completes_the_text() -> None:
+    body = (
+        data(
+            chunk(
+                {
+                    "reasoning": "A",
+                    "reasoning_details": [
+                        {"type": "reasoning.text", "text": "A", "format": "anthropic-claude-v1", "index": 0}
+                    ],
+                }
+            )
+        )
+        + data(
+            chunk(
+                {
+                    "reasoning": "B",
+                    "reasoning_details": [
+                        {"type": "reasoning.text", "text": "B", "format": "anthropic-claude-v1", "index": 0}
+                    ],
+                }
+            )
+        )
+        + data(
+            chunk(
+                {
+                    "reasoning_details": [
+                        {"type": "reasoning.encrypted", "data": "ENC==", "id": "rs_1", "format": "openai-responses-v1"}
+                    ]
+                }
+            )
+        )
+        + data(
+            chunk(
+                {
+                    "reasoning_details": [
+                        {"type": "reasoning.text", "signature": "SIG_A", "format": "anthropic-claude-v1", "index": 0}
+                    ]
+                }
+            )
+        )
+        + data(chunk({"reasoning_details": [{"type": "reasoning.text", "format": "anthropic-claude-v1"}]}))
+    )
+    chunks = sse_chunks(rewrite(body))
+    assert [c["choices"][0]["delta"] for c in chunks] == [
+        {
+            "reasoning": "A",
+            "reasoning_details": [{"type": "reasoning.text", "text": "A", "format": "anthropic-claude-v1", "index": 0}],
+        },
+        {"reasoning": "B", "reasoning_details": [{"type": "reasoning.text", "text": "B", "index": 0}]},
+        {
+            "reasoning_details": [
+                {
+                    "type": "reasoning.encrypted",
+                    "data": "ENC==",
+                    "id": "rs_1",
+                    "format": "openai-responses-v1",
+                    "index": 1,
+                }
+            ]
+        },
+        {"reasoning_details": [{"type": "reasoning.text", "signature": "SIG_A", "index": 0}]},
+    ]
+    view = client_view(chunks)
+    expected = [
+        {"type": "reasoning.text", "text": "AB", "format": "anthropic-claude-v1", "index": 0, "signature": "SIG_A"},
+        {"type": "reasoning.encrypted", "data": "ENC==", "id": "rs_1", "format": "openai-responses-v1", "index": 1},
+    ]
+    assert rebuild_reasoning_details(view.entries) == expected
+    assert view.sdk_message["reasoning_details"] == expected
+
+
+def test_details_only_stream_gets_delta_reasoning() -> None:
+    body = data(chunk({"reasoning_details": [{"type": "reasoning.text", "text": "Look.", "id": "reasoning-text-1"}]}))
+    assert sse_chunks(rewrite(body)) == [
+        chunk(
+            {
+                "reasoning_details": [
+                    {"type": "reasoning.text", "text": "Look.", "id": "reasoning-text-1", "index": 0}
+                ],
+                "reasoning": "Look.",
+            }
+        )
+    ]
+
+
+def test_exclude_removes_reasoning_and_drops_chunks_left_with_nothing() -> None:
+    body = (
+        data(chunk({"role": "assistant", "reasoning_content": "Hm"}))
+        + data(chunk({"reasoning": "x", "reasoning_details": [{"type": "reasoning.text", "text": "x"}]}))
+        + data(chunk({"content": "Three."}))
+        + data(chunk({}, "stop"))
+        + data({"choices": [], "usage": {"completion_tokens": 9, "completion_tokens_details": {"reasoning_tokens": 7}}})
+        + b"data: [DONE]\n\n"
+    )
+    out = rewrite(body, exclude=True)
+    assert sse_chunks(out) == [
+        chunk({"role": "assistant"}),
+        chunk({"content": "Three."}),
+        chunk({}, "stop"),
+        {"choices": [], "usage": {"completion_tokens": 9, "completion_tokens_details": {"reasoning_tokens": 7}}},
+    ]
+
+
+def test_think_tags_split_and_held_text_goes_out_before_the_finish_chunk() -> None:
+    body = (
+        data(chunk({"role": "assistant", "content": "<think>ab</th"})) + data(chunk({}, "stop")) + b"data: [DONE]\n\n"
+    )
+    chunks = sse_chunks(rewrite(body, think=ThinkTags()))
+    assert [c["choices"][0] for c in chunks] == [
+        {
+            "index": 0,
+            "delta": {
+                "role": "assistant",
+                "reasoning": "ab",
+                "reasoning_details": [{"type": "reasoning.text", "text": "ab", "format": "unknown", "index": 0}],
+            },
+            "finish_reason": None,
+        },
+        {
+            "index": 0,
+            "delta": {
+                "reasoning": "</th",
+                "reasoning_details": [{"type": "reasoning.text", "text": "</th", "index": 0}],
+            },
+            "finish_reason": None,
+        },
+        {"index": 0, "delta": {}, "finish_reason": "stop"},
+    ]
+
+
+def test_think_tags_reasoning_and_content_in_one_chunk_go_out_in_order() -> None:
+    body = data(chunk({"content": "<think>x</think>Answer"}))
+    chunks = sse_chunks(rewrite(body, think=ThinkTags()))
+    assert [c["choices"][0]["delta"] for c in chunks] == [
+        {
+            "reasoning": "x",
+            "reasoning_details": [{"type": "reasoning.text", "text": "x", "format": "unknown", "index": 0}],
+        },
+        {"content": "Answer"},
+    ]
+
+
+def test_stream_without_finish_reason_flushes_at_done() -> None:
+    body = data(chunk({"content": "Hi <"})) + b"data: [DONE]\n\n"
+    out = rewrite(body, think=ThinkTags())
+    assert out == data(chunk({"content": "Hi "})) + data(chunk({"content": "<"})) + b"data: [DONE]\n\n"
+
+
+def test_template_opened_tag_starts_in_reasoning() -> None:
+    body = data(chunk({"content": "Plan.</think>\n\nDone."})) + data(chunk({}, "stop"))
+    view = client_view(sse_chunks(rewrite(body, think=ThinkTags(start="reasoning"))))
+    assert (view.reasoning, view.content) == ("Plan.", "\n\nDone.")
+
+
+def test_several_choices_keep_their_own_state() -> None:
+    body = data(
+        {
+            "choices": [
+                {"index": 0, "delta": {"reasoning_content": "a"}, "finish_reason": None},
+                {"index": 1, "delta": {"reasoning_content": "b"}, "finish_reason": None},
+            ]
+        }
+    ) + data({"choices": [{"index": 1, "delta": {"reasoning_content": "c"}, "finish_reason": None}]})
+    chunks = sse_chunks(rewrite(body))
+    assert chunks[0]["choices"][1]["delta"] == {
+        "reasoning": "b",
+        "reasoning_details": [{"type": "reasoning.text", "text": "b", "format": "unknown", "index": 0}],
+    }
+    assert chunks[1]["choices"][0]["delta"] == {
+        "reasoning": "c",
+        "reasoning_details": [{"type": "reasoning.text", "text": "c", "index": 0}],
+    }
+
+
+THINK_STREAM = (
+    b"".join(
+        data(chunk({"content": piece}))
+        for piece in [
+            "<th",
+            "ink>\nSpell it out: ",
+            "s, t, r, a, w, b, e, r, r, y.\n</th",
+            "ink>",
+            "\n\nThree",
+            " r's.",
+        ]
+    )
+    + data(chunk({}, "stop"))
+    + b"data: [DONE]\n\n"
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(THINK_STREAM)), max_size=12))
+def test_any_chunking_gives_the_same_bytes(cuts: list[int]) -> None:
+    whole = rewrite(THINK_STREAM, think=ThinkTags())
+    assert rewrite(THINK_STREAM, think=ThinkTags(), cuts=tuple(sorted(cuts))) == whole
+    view = client_view(sse_chunks(whole))
+    assert (view.reasoning, view.content) == ("\nSpell it out: s, t, r, a, w, b, e, r, r, y.\n", "\n\nThree r's.")
