@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -49,3 +50,52 @@ def test_unknown_provider_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
         main(["request", "--provider", "nope"])
     assert info.value.code == 2
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_response_writes_what_the_client_receives(tmp_path: Path) -> None:
+    request = tmp_path / "request.json"
+    request.write_text('{"model": "m", "stream": true}')
+    upstream = (
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"Hm."},"finish_reason":null}]}\n\ndata: [DONE]\n\n'
+    )
+    result = run(["response", "--request", str(request), "--provider", "deepseek"], upstream)
+    assert result.returncode == 0
+    assert result.stdout == (
+        b'data: {"choices":[{"index":0,"delta":{"reasoning":"Hm.","reasoning_details":'
+        b'[{"type":"reasoning.text","text":"Hm.","format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+
+
+def test_response_json_body_with_exclusion_and_think_tags(tmp_path: Path) -> None:
+    request = tmp_path / "request.json"
+    request.write_text('{"model": "m", "include_reasoning": false}')
+    upstream = b'{"choices":[{"index":0,"message":{"role":"assistant","content":"<think>x</think>Hi."},"finish_reason":"stop"}]}'
+    result = run(["response", "--request", str(request), "--provider", "local"], upstream)
+    assert json.loads(result.stdout) == {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi."}, "finish_reason": "stop"}]
+    }
+    kept = run(["response", "--request", str(request), "--provider", "local", "--no-think-tags"], upstream)
+    assert json.loads(kept.stdout)["choices"][0]["message"]["content"] == "<think>x</think>Hi."
+
+
+def test_rebuild_from_a_json_list_and_from_sse() -> None:
+    fragments = [
+        {"type": "reasoning.text", "text": "The", "format": "unknown", "index": 0},
+        {"type": "reasoning.text", "text": " time.", "format": "unknown", "index": 0},
+        {"type": "reasoning.text", "signature": "SIG", "index": 0},
+    ]
+    expected = [{"type": "reasoning.text", "text": "The time.", "format": "unknown", "index": 0, "signature": "SIG"}]
+    assert json.loads(run(["rebuild"], json.dumps(fragments).encode()).stdout) == expected
+    sse = b"".join(
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[' + json.dumps(f).encode() + b"]}}]}\n\n"
+        for f in fragments
+    )
+    result = run(["rebuild"], b": keep-alive\n\n" + sse + b"data: [DONE]\n\n")
+    assert json.loads(result.stdout) == expected
+
+
+def test_rebuild_rejects_other_input() -> None:
+    result = run(["rebuild"], b"hello")
+    assert result.returncode == 1
+    assert result.stderr.startswith(b"numi-mw rebuild: ")
