@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from numi_mw.asgi import send_error
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules, get_provider
-from numi_mw.core.reasoning_text import ThinkStart
+from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
 from numi_mw.core.response import ResponseOptions, ResponseRewriter, response_mode, think_tags_for
 
@@ -28,7 +28,7 @@ class ReasoningMiddleware:
             ``anthropic``, ``zai``, ``deepseek``, ``local``, ``generic``), or a ``ProviderRules``.
         max_body_bytes: request body limit in bytes; a larger body gets 413 ``payload_too_large``.
         think_tags: split ``<think>`` tags out of response content: ``None`` for the provider's default (on for
-            ``local``), ``True``/``False`` to force it.
+            ``local``), ``True``/``False`` to force it, or a ``ThinkTags`` with your own tag families.
         think_start: where a stream starts for the think splitter (``reasoning_text.ThinkTags.start``).
 
     Raises:
@@ -44,7 +44,7 @@ class ReasoningMiddleware:
         *,
         provider: str | ProviderRules = "generic",
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        think_tags: bool | None = None,
+        think_tags: bool | ThinkTags | None = None,
         think_start: ThinkStart = "content",
     ) -> None:
         self.app = app

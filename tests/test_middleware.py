@@ -247,3 +247,22 @@ def test_json_response_excluded_when_asked() -> None:
 
 async def _unused(scope: Scope, receive: Receive, send: Send) -> None:  # keeps type imports honest
     await JSONResponse({})(scope, receive, send)
+
+
+def test_own_tag_families_through_the_middleware() -> None:
+    from numi_mw.core.reasoning_text import ThinkTags
+
+    async def tagged(request: Request) -> Response:
+        await request.body()
+        return JSONResponse({"choices": [{"index": 0, "message": {"role": "assistant", "content": "[[plan]]Go."}}]})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", tagged, methods=["POST"])])
+    app.add_middleware(ReasoningMiddleware, provider="generic", think_tags=ThinkTags(families=(("[[", "]]"),)))
+    with TestClient(app) as client:
+        message = client.post("/v1/chat/completions", json={"model": "m"}).json()["choices"][0]["message"]
+    assert message == {
+        "role": "assistant",
+        "content": "Go.",
+        "reasoning": "plan",
+        "reasoning_details": [{"type": "reasoning.text", "text": "plan", "format": "unknown"}],
+    }

@@ -138,3 +138,24 @@ def test_bodies_the_prefilter_passes_are_still_checked(raw: bytes, code: str) ->
     with pytest.raises(ApiError) as info:
         prepare_request(raw, OPENROUTER)
     assert (info.value.status, info.value.code, info.value.param) == (400, code, None)
+
+
+def test_history_detail_over_its_limit_is_400_naming_the_field() -> None:
+    signature = "s" * (1024 * 1024 + 1)
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {
+                "role": "assistant",
+                "content": "x",
+                "reasoning_details": [{"type": "reasoning.text", "text": "t", "signature": signature}],
+            },
+        ],
+    }
+    with pytest.raises(ApiError) as info:
+        prepare_request(json.dumps(body).encode(), OPENROUTER)
+    assert info.value.body()["error"]["param"] == "messages[1].reasoning_details[0].signature"
+    assert (info.value.status, info.value.code) == (400, "invalid_request")
+    body["messages"][1]["reasoning_details"][0]["signature"] = signature[:-1]
+    assert prepare_request(json.dumps(body).encode(), OPENROUTER).changed is False

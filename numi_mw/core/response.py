@@ -40,9 +40,19 @@ class ResponseOptions:
     think: ThinkTags | None = None
 
 
-def think_tags_for(rules: ProviderRules, split: bool | None = None, start: ThinkStart = "content") -> ThinkTags | None:
-    """The think-tag settings for ``rules``'s provider: ``split`` forces them on or off; ``None`` means the
-    provider's default (on for ``local``, whose servers may return ``<think>`` tags inside ``content``)."""
+def think_tags_for(
+    rules: ProviderRules, split: bool | ThinkTags | None = None, start: ThinkStart = "content"
+) -> ThinkTags | None:
+    """The think-tag settings for ``rules``'s provider.
+
+    Args:
+        rules: the target provider's rules.
+        split: ``None`` for the provider's default (on for ``local``, whose servers may return ``<think>`` tags
+            inside ``content``), ``True``/``False`` to force it, or a ``ThinkTags`` (own tag families) to use.
+        start: where a stream starts (``ThinkTags.start``) when ``split`` is not a ``ThinkTags``.
+    """
+    if isinstance(split, ThinkTags):
+        return split
     enabled = rules.split_think_tags if split is None else split
     return ThinkTags(start=start) if enabled else None
 

@@ -204,7 +204,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
     transport: httpx.AsyncBaseTransport | None = None,
-    think_tags: bool | None = None,
+    think_tags: bool | ThinkTags | None = None,
     think_start: ThinkStart = "content",
 ) -> Starlette:
     """Build the sidecar app for one upstream.
@@ -217,7 +217,7 @@ def create_app(
         timeout: upstream timeouts in seconds (a read timeout applies between chunks).
         transport: an ``httpx`` transport for the upstream (tests); the default opens real connections.
         think_tags: split ``<think>`` tags out of response content: ``None`` for the provider's default (on for
-            ``local``), ``True``/``False`` to force it.
+            ``local``), ``True``/``False`` to force it, or a ``ThinkTags`` with your own tag families.
         think_start: where a stream starts for the think splitter (``reasoning_text.ThinkTags.start``).
 
     Raises:
