@@ -26,6 +26,7 @@ sent. Values that are not strings (``null``, objects) are left as they are.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from numi_mw.core.errors import invalid_request
@@ -99,3 +100,85 @@ def normalize_messages(messages: object, field: ReasoningField) -> bool:
         if message.get("role") == "assistant" and normalize_message(message, field):
             changed = True
     return changed
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What the message preparation filter needs to know about the chosen route (spec 000).
+
+    Attributes:
+        provider: the endpoint's provider name (``openrouter``, ``openai``, ``anthropic``, ...).
+        reasoning: the model supports reasoning (catalog ``reasoning_mode`` is not ``none``).
+        preserve: the catalog's ``preserve_reasoning`` for the model.
+    """
+
+    provider: str
+    reasoning: bool = True
+    preserve: bool = False
+
+
+_PLAIN = ("reasoning_content", "reasoning")
+_DIRECT = frozenset(("openai", "inception"))
+_ANTHROPIC = frozenset(("anthropic", "anthropic_compat"))
+_OPENROUTER = frozenset(("openrouter", "ppq"))
+
+
+def _keeps(route: Route, message: dict[str, Any]) -> tuple[bool, bool]:
+    """(keep plain reasoning text, keep reasoning_details) for one assistant message: spec 000's table."""
+    if not route.reasoning or route.provider in _DIRECT:
+        return False, False
+    if route.provider in _ANTHROPIC:
+        return True, False
+    if route.provider in _OPENROUTER:
+        if route.preserve:
+            return True, True
+        return False, bool(message.get("tool_calls"))
+    return route.preserve, False
+
+
+def prepare_messages(messages: list[Any], route: Route) -> list[Any]:
+    """The message preparation filter of spec 000 ("The Message Preparation Filter"), per route.
+
+    Makes a copy of each message, removes internal metadata (keys starting with ``_``), and on assistant
+    messages removes the reasoning fields the route cannot take:
+
+    ==========================================  =========================  ====================================
+    Route or capability                          reasoning_content          reasoning_details
+    ==========================================  =========================  ====================================
+    model without reasoning support             removed                    removed
+    direct ``openai`` or ``inception``          removed                    removed
+    ``anthropic`` or ``anthropic_compat``       kept (for thinking blocks) removed
+    ``openrouter`` (and ``ppq``), preserving    kept                       kept
+    ``openrouter`` (and ``ppq``), not           removed                    kept on tool-call messages only
+    other reasoning-capable routes              kept only when preserving  removed
+    ==========================================  =========================  ====================================
+
+    "reasoning_content" stands for the plain reasoning text in either spelling (``reasoning_content`` or
+    ``reasoning``); the reasoning / reasoning_content table (``normalize_messages``) then names it for the
+    provider. PPQ follows OpenRouter (spec 004 pairs them).
+
+    Args:
+        messages: the request's messages (decoded JSON; never mutated).
+        route: the chosen route.
+
+    Returns:
+        A new list; messages that change are new dicts, the others are the same objects.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` when ``messages`` is not an array of objects.
+    """
+    if not isinstance(messages, list):
+        raise invalid_request("messages must be an array of message objects.", "messages")
+    prepared: list[Any] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise invalid_request(f"messages[{i}] must be a message object.", f"messages[{i}]")
+        drop = [key for key in message if key.startswith("_")]
+        if message.get("role") == "assistant":
+            keep_plain, keep_details = _keeps(route, message)
+            if not keep_plain:
+                drop.extend(key for key in _PLAIN if key in message)
+            if not keep_details and "reasoning_details" in message:
+                drop.append("reasoning_details")
+        prepared.append({k: v for k, v in message.items() if k not in drop} if drop else message)
+    return prepared

@@ -1,0 +1,95 @@
+"""The message preparation filter, spec 000 "The Message Preparation Filter": one test per table row."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from numi_mw.core.errors import ApiError
+from numi_mw.core.history import Route, prepare_messages
+
+DETAILS = [{"type": "reasoning.text", "text": "Plan.", "signature": "SIG", "format": "anthropic-claude-v1"}]
+TOOL_CALLS = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+PLAIN = {"role": "assistant", "content": "A.", "reasoning_content": "Plan.", "reasoning_details": DETAILS}
+TOOL = {
+    "role": "assistant",
+    "content": None,
+    "reasoning_content": "Plan.",
+    "reasoning_details": DETAILS,
+    "tool_calls": TOOL_CALLS,
+}
+USER = {"role": "user", "content": "Q", "_numi_id": 7}
+
+
+def run(route: Route) -> list[dict[str, Any]]:
+    messages = [copy.deepcopy(USER), copy.deepcopy(PLAIN), copy.deepcopy(TOOL)]
+    before = copy.deepcopy(messages)
+    prepared = prepare_messages(messages, route)
+    assert messages == before  # the caller's data is never mutated
+    assert prepared[0] == {"role": "user", "content": "Q"}  # internal metadata removed
+    return prepared[1:]
+
+
+def strip(message: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in message.items() if k not in keys}
+
+
+@pytest.mark.parametrize("provider", ["openrouter", "openai", "anthropic", "deepseek"])
+def test_model_without_reasoning_support_removes_both(provider: str) -> None:
+    plain, tool = run(Route(provider, reasoning=False, preserve=True))
+    assert plain == strip(PLAIN, "reasoning_content", "reasoning_details")
+    assert tool == strip(TOOL, "reasoning_content", "reasoning_details")
+
+
+@pytest.mark.parametrize("provider", ["openai", "inception"])
+@pytest.mark.parametrize("preserve", [True, False])
+def test_direct_openai_or_inception_removes_both(provider: str, preserve: bool) -> None:
+    plain, tool = run(Route(provider, preserve=preserve))
+    assert plain == strip(PLAIN, "reasoning_content", "reasoning_details")
+    assert tool == strip(TOOL, "reasoning_content", "reasoning_details")
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "anthropic_compat"])
+@pytest.mark.parametrize("preserve", [True, False])
+def test_anthropic_keeps_text_for_conversion_and_removes_details(provider: str, preserve: bool) -> None:
+    plain, tool = run(Route(provider, preserve=preserve))
+    assert plain == strip(PLAIN, "reasoning_details")
+    assert tool == strip(TOOL, "reasoning_details")
+
+
+def test_openrouter_preserving_keeps_both() -> None:
+    plain, tool = run(Route("openrouter", preserve=True))
+    assert (plain, tool) == (PLAIN, TOOL)
+
+
+def test_openrouter_not_preserving_keeps_details_on_tool_call_messages_only() -> None:
+    plain, tool = run(Route("openrouter", preserve=False))
+    assert plain == strip(PLAIN, "reasoning_content", "reasoning_details")
+    assert tool == strip(TOOL, "reasoning_content")
+
+
+@pytest.mark.parametrize("provider", ["deepseek", "zai", "local", "generic"])
+def test_other_routes_keep_text_only_when_preserving_and_remove_details(provider: str) -> None:
+    plain, tool = run(Route(provider, preserve=True))
+    assert (plain, tool) == (strip(PLAIN, "reasoning_details"), strip(TOOL, "reasoning_details"))
+    plain, tool = run(Route(provider, preserve=False))
+    assert plain == strip(PLAIN, "reasoning_content", "reasoning_details")
+    assert tool == strip(TOOL, "reasoning_content", "reasoning_details")
+
+
+def test_plain_text_in_either_spelling_is_filtered() -> None:
+    message = {"role": "assistant", "content": "A.", "reasoning": "Plan."}
+    assert prepare_messages([message], Route("openai")) == [{"role": "assistant", "content": "A."}]
+
+
+def test_unchanged_messages_are_the_same_objects() -> None:
+    message = {"role": "assistant", "content": "A."}
+    assert prepare_messages([message], Route("openai"))[0] is message
+
+
+def test_wrong_shape_is_a_400() -> None:
+    with pytest.raises(ApiError) as info:
+        prepare_messages([{"role": "user"}, 3], Route("openai"))
+    assert info.value.param == "messages[1]"
