@@ -165,9 +165,14 @@ def sidecar(upstream: str, *args: str) -> Iterator[str]:
         wait_for_port(port, process)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Terminate ``process``, killing it after 10 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)

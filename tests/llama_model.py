@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -40,6 +39,8 @@ from typing import IO
 
 import httpx
 import numpy as np
+
+from tests.e2e_support import free_port, stop_process
 
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "numi_mw" / "llama-server-0.3.36"
 """Where ``.ci/build-llama-server`` caches the binary (override with ``NUMI_MW_LLAMA_SERVER``)."""
@@ -230,13 +231,6 @@ def llama_server_binary() -> Path:
     return Path(os.environ.get("NUMI_MW_LLAMA_SERVER") or DEFAULT_LLAMA_SERVER)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _log_tail(log: IO[bytes], limit: int = 4000) -> str:
     log.flush()
     log.seek(0)
@@ -256,7 +250,7 @@ def run_llama_server(
     Waits (at most ``startup_timeout`` seconds) until ``GET /health`` answers 200; the process is always
     terminated on exit. The server's output goes to a temporary file quoted in startup errors.
     """
-    port = _free_port()
+    port = free_port()
     args = [
         str(binary),
         "-m",
@@ -295,9 +289,4 @@ def run_llama_server(
                     time.sleep(0.05)
             yield f"http://127.0.0.1:{port}/v1"
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
