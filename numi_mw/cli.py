@@ -7,12 +7,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from numi_mw.core.codec import encode
+from numi_mw.catalog_files import default_catalog, read_catalog
+from numi_mw.core.catalog import CatalogError
+from numi_mw.core.codec import decoder, encode
 from numi_mw.core.details import fragments_from_body, rebuild_reasoning_details
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import PROVIDERS, ProviderRules, get_provider
 from numi_mw.core.reasoning_text import ThinkTags
-from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request
+from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request, prepare_routed_request
 from numi_mw.core.response import Mode, ResponseOptions, ResponseRewriter, think_tags_for
 
 
@@ -21,7 +23,11 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the sidecar: a streaming reverse proxy in front of an upstream")
-    serve.add_argument("--upstream", required=True, help="upstream base URL, e.g. https://openrouter.ai/api/v1")
+    target = serve.add_mutually_exclusive_group()
+    target.add_argument("--upstream", help="one upstream base URL, e.g. https://openrouter.ai/api/v1")
+    target.add_argument(
+        "--catalog", metavar="FILE", help="route through this model catalog (default: the packaged catalog)"
+    )
     serve.add_argument(
         "--provider", choices=sorted(PROVIDERS), help="the upstream's rules (default: inferred from its host)"
     )
@@ -48,6 +54,15 @@ def _parser() -> argparse.ArgumentParser:
         "request", help="read a client request body on stdin, write the body sent upstream on stdout"
     )
     request.add_argument("--provider", choices=sorted(PROVIDERS), default="generic", help="target provider")
+    request.add_argument(
+        "--catalog", metavar="FILE", help="route through this catalog; prints {route, body} instead of the body"
+    )
+    request.add_argument("--session-id", help="the x-session-id header the request would carry")
+
+    catalog = commands.add_parser("catalog", help="model catalog tools")
+    catalog_commands = catalog.add_subparsers(dest="catalog_command", required=True, metavar="COMMAND")
+    check = catalog_commands.add_parser("check", help="load a catalog file and report its errors")
+    check.add_argument("file", metavar="FILE")
     return parser
 
 
@@ -98,14 +113,50 @@ def _rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
+def _routed_request(args: argparse.Namespace, body: bytes) -> int:
+    try:
+        catalog = read_catalog(args.catalog)
+    except CatalogError as error:
+        sys.stderr.write(f"numi-mw request: {error}\n")
+        return 2
+    headers = {"x-session-id": args.session_id} if args.session_id else {}
+    try:
+        prepared, decision = prepare_routed_request(body, catalog, headers=headers)
+    except ApiError as error:
+        sys.stdout.buffer.write(error.to_bytes() + b"\n")
+        return 1
+    out = {"route": decision.describe(), "body": decoder.decode(prepared.body)}
+    sys.stdout.buffer.write(encode(out) + b"\n")
+    return 0
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    try:
+        catalog = read_catalog(args.file)
+    except CatalogError as error:
+        sys.stderr.write(f"{error}\n")
+        return 1
+    endpoints = sum(len(model.endpoints) for model in catalog.models)
+    print(f"{args.file}: ok: {len(catalog.providers)} providers, {len(catalog.models)} models, {endpoints} endpoints")
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     import httpx
     import uvicorn
 
     from numi_mw.proxy import create_app
 
+    catalog = None
+    if args.upstream is None:
+        try:
+            catalog = read_catalog(args.catalog) if args.catalog else default_catalog()
+        except CatalogError as error:
+            sys.stderr.write(f"numi-mw serve: {error}\n")
+            return 2
     app = create_app(
         args.upstream,
+        catalog=catalog,
         provider=args.provider,
         max_body_bytes=args.max_body_bytes,
         timeout=httpx.Timeout(args.timeout, connect=10.0),
@@ -118,6 +169,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _request(args: argparse.Namespace) -> int:
     body = sys.stdin.buffer.read()
+    if args.catalog:
+        return _routed_request(args, body)
     try:
         prepared = prepare_request(body, get_provider(args.provider))
     except ApiError as error:
@@ -132,7 +185,13 @@ def _request(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``numi-mw``; returns the process exit status (0 ok, 1 request rejected, 2 usage error)."""
     args = _parser().parse_args(argv)
-    commands = {"serve": _serve, "request": _request, "response": _response, "rebuild": _rebuild}
+    commands = {
+        "serve": _serve,
+        "request": _request,
+        "response": _response,
+        "rebuild": _rebuild,
+        "catalog": _catalog,
+    }
     return commands[args.command](args)
 
 

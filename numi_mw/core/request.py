@@ -5,15 +5,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from numi_mw.core import codec
+from numi_mw.core.catalog import Catalog, Provider
 from numi_mw.core.controls import NO_CONTROLS, ReasoningControls, encode_controls, fold_controls
 from numi_mw.core.details import check_detail_limits
 from numi_mw.core.errors import ApiError
-from numi_mw.core.history import normalize_messages
-from numi_mw.core.providers import ProviderRules
+from numi_mw.core.history import Route, normalize_messages, prepare_messages
+from numi_mw.core.providers import PROVIDERS, ProviderRules
+from numi_mw.core.routing import apply_reasoning_mode, choose_endpoint, eligible_endpoints, session_id
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 """Default request body limit in bytes (64 MiB); larger bodies get 413 ``payload_too_large``."""
@@ -68,11 +71,7 @@ def prepare_request(
             data 8 MiB).
     """
     if len(body) > max_body_bytes:
-        raise ApiError(
-            413,
-            "payload_too_large",
-            f"The request body is {len(body)} bytes, over the limit of {max_body_bytes} bytes; send less history.",
-        )
+        raise _too_large(len(body), max_body_bytes)
     if not needs_decoding(body):
         codec.check_object(body)
         return PreparedRequest(body, False, NO_CONTROLS)
@@ -100,6 +99,152 @@ def normalize_body(data: dict[str, Any], rules: ProviderRules) -> tuple[Reasonin
     return controls, changed
 
 
+def _too_large(size: int, limit: int) -> ApiError:
+    return ApiError(
+        413,
+        "payload_too_large",
+        f"The request body is {size} bytes, over the limit of {limit} bytes; send less history.",
+    )
+
+
 def is_chat_completions(method: str, path: str) -> bool:
     """Whether a request is one numi_mw normalizes: ``POST`` to any path ending in ``/chat/completions``."""
     return method == "POST" and path.rstrip("/").endswith("/chat/completions")
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    """Where a catalog-routed request goes (issue "A model catalog decides routes").
+
+    Attributes:
+        provider: the catalog provider that serves the request (its ``base_url``, ``wire_api`` and key).
+        rules: the provider rules applied to the request and response.
+        model: the catalog model id, or ``None`` when the model is not in the catalog (then the catalog's first
+            provider serves it, with no capability facts and no history filter).
+        endpoint: the chosen endpoint's tag, or ``None`` with no catalog model.
+        eligible: the tags of every eligible endpoint, in catalog order.
+    """
+
+    provider: Provider
+    rules: ProviderRules
+    model: str | None = None
+    endpoint: str | None = None
+    eligible: tuple[str, ...] = ()
+
+    def describe(self) -> dict[str, Any]:
+        """The decision as JSON-ready data (``numi-mw request --catalog`` prints it)."""
+        return {
+            "model": self.model,
+            "endpoint": self.endpoint,
+            "eligible": list(self.eligible),
+            "provider": self.provider.name,
+            "base_url": self.provider.base_url,
+            "wire_api": self.provider.wire_api,
+            "rules": self.rules.name,
+        }
+
+
+_ROUTING_FIELDS = ("provider", "session_id")
+"""Request fields that steer routing; forwarded to OpenRouter and PPQ (which read them), removed for others."""
+
+
+def rules_for(provider: Provider) -> ProviderRules:
+    """The rules of a catalog provider: its ``rules`` key, else its name when known, else ``generic``."""
+    name = provider.rules or provider.name
+    return PROVIDERS.get(name, PROVIDERS["generic"])
+
+
+def prepare_routed_request(
+    body: bytes,
+    catalog: Catalog,
+    *,
+    headers: Mapping[str, str] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> tuple[PreparedRequest, RouteDecision]:
+    """Route a chat completions request through ``catalog`` and prepare it for the chosen endpoint.
+
+    The order: fold the reasoning controls; find the model; choose the eligible endpoints (spec 004 "Routing
+    requirements", strict with ``provider.require_parameters: true``); pick one, sticky per session id
+    (``x-session-id`` header or ``session_id`` field); apply the model's reasoning mode (spec 000 "Reasoning
+    Modes") for that endpoint; filter the history for the route (spec 000 "The Message Preparation Filter");
+    then the provider's controls form and reasoning / reasoning_content table, as ``prepare_request`` does.
+    The endpoint's ``model`` name replaces the catalog id when it has one; ``provider`` and ``session_id`` are
+    removed for providers other than OpenRouter and PPQ.
+
+    Routing happens on the client's effort before any normalization, so an effort no endpoint accepts is
+    refused (spec 004; handed case PB-20) rather than moved to a nearby level.
+
+    Args:
+        body: the client's request body (UTF-8 JSON bytes).
+        catalog: the model catalog.
+        headers: request headers with lower-case names (for ``x-session-id``).
+        max_body_bytes: the body limit in bytes.
+
+    Raises:
+        ApiError: as ``prepare_request``; 400 ``invalid_request`` on ``model`` when it is not a string; 400
+            ``invalid_request`` on ``reasoning.effort`` when no endpoint accepts the effort; 503
+            ``provider_unavailable`` when strict matching leaves no endpoint; 400 ``unsupported_capability`` on
+            ``model`` when the chosen provider's wire API is not ``openai-chat`` (no adapter yet).
+    """
+    if len(body) > max_body_bytes:
+        raise _too_large(len(body), max_body_bytes)
+    data = codec.decode_object(body)
+    model_id = data.get("model")
+    if not isinstance(model_id, str):
+        raise ApiError(400, "invalid_request", "model must be a string naming a catalog model.", "model")
+    controls, changed = fold_controls(data)
+    model = catalog.model(model_id)
+    if model is None:
+        provider = catalog.providers[0]
+        decision = RouteDecision(provider, rules_for(provider))
+        route: Route | None = None
+    else:
+        routing = data.get("provider")
+        strict = isinstance(routing, dict) and routing.get("require_parameters") is True
+        eligible = eligible_endpoints(model, controls, require_parameters=strict)
+        endpoint = choose_endpoint(eligible, session_id(headers or {}, data))
+        if apply_reasoning_mode(data, controls, model, endpoint):
+            changed = True
+            controls, _ = fold_controls(data)
+        provider = catalog.provider(endpoint.provider) or catalog.providers[0]
+        rules = rules_for(provider)
+        decision = RouteDecision(provider, rules, model.id, endpoint.tag, tuple(e.tag for e in eligible))
+        route = Route(
+            "anthropic_compat"
+            if provider.wire_api == "anthropic-messages" and rules.name != "anthropic"
+            else rules.name,
+            reasoning=model.reasoning_mode != "none",
+            preserve=model.preserve_reasoning,
+        )
+        if endpoint.model is not None and endpoint.model != model_id:
+            data["model"] = endpoint.model
+            changed = True
+    if decision.provider.wire_api != "openai-chat":
+        raise ApiError(
+            400,
+            "unsupported_capability",
+            f'Provider "{decision.provider.name}" speaks {decision.provider.wire_api}, which numi_mw cannot '
+            "translate to yet; route this model to an openai-chat provider.",
+            "model",
+        )
+    rules = decision.rules
+    if rules.name not in ("openrouter", "ppq"):
+        for key in _ROUTING_FIELDS:
+            if key in data:
+                del data[key]
+                changed = True
+    if controls.present and encode_controls(data, controls, rules):
+        changed = True
+    if "messages" in data:
+        if route is not None:
+            messages = data["messages"]
+            filtered = prepare_messages(messages, route)
+            if any(new is not old for new, old in zip(filtered, messages, strict=True)):
+                data["messages"] = filtered
+                changed = True
+        if normalize_messages(data["messages"], rules.reasoning_field):
+            changed = True
+        check_detail_limits(data["messages"])
+    stream = data.get("stream") is True
+    prepared = PreparedRequest(codec.encode(data) if changed else body, changed, controls, stream)
+    return prepared, decision

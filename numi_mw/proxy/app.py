@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
 from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any
 
 import httpx
 from starlette.applications import Starlette
@@ -22,10 +24,19 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from numi_mw.asgi import HOP_BY_HOP, without_headers
+from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_listing
+from numi_mw.core.codec import encode
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules, get_provider, infer_provider
 from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
-from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
+from numi_mw.core.request import (
+    DEFAULT_MAX_BODY_BYTES,
+    PreparedRequest,
+    is_chat_completions,
+    prepare_request,
+    prepare_routed_request,
+    rules_for,
+)
 from numi_mw.core.response import ResponseOptions, ResponseRewriter, response_mode, think_tags_for
 
 log = logging.getLogger("numi_mw.proxy")
@@ -56,19 +67,24 @@ class _Sidecar:
 
     def __init__(
         self,
-        upstream: str,
-        rules: ProviderRules,
+        upstream: Provider | None,
+        catalog: Catalog | None,
+        keys: dict[str, str],
         max_body_bytes: int,
         timeout: httpx.Timeout,
         transport: httpx.AsyncBaseTransport | None,
-        think: ThinkTags | None,
+        think_tags: bool | ThinkTags | None,
+        think_start: ThinkStart,
     ) -> None:
-        self.base = httpx.URL(upstream.rstrip("/"))
-        self.rules = rules
-        self.think = think
+        self.upstream = upstream
+        self.catalog = catalog
+        self.keys = keys
+        self.default = upstream if upstream is not None else catalog.providers[0] if catalog else None
         self.max_body_bytes = max_body_bytes
         self.timeout = timeout
         self.transport = transport
+        self.think_tags = think_tags
+        self.think_start = think_start
         self.client: httpx.AsyncClient | None = None
 
     @contextlib.asynccontextmanager
@@ -86,37 +102,77 @@ class _Sidecar:
             finally:
                 self.client = None
 
-    def target(self, path: str, query: bytes) -> httpx.URL:
+    @staticmethod
+    def target(base_url: str, path: str, query: bytes) -> httpx.URL:
         """The upstream URL for a sidecar ``path``: a leading ``/v1`` stands for the base URL's path."""
         if path == "/v1" or path.startswith("/v1/"):
             path = path[3:]
-        url = self.base.copy_with(raw_path=self.base.raw_path.rstrip(b"/") + path.encode())
+        base = httpx.URL(base_url.rstrip("/"))
+        url = base.copy_with(raw_path=base.raw_path.rstrip(b"/") + path.encode())
         return url.copy_with(query=query) if query else url
+
+    def _listing(self, method: str, path: str) -> Response | None:
+        """``GET …/models`` and ``GET …/models/{author}/{slug}/endpoints`` served from the catalog."""
+        if self.catalog is None or method != "GET":
+            return None
+        path = path.rstrip("/")
+        if path.endswith("/models") or path == "models":
+            return _json_response(models_listing(self.catalog))
+        _, sep, tail = path.partition("/models/")
+        if not sep or not tail.endswith("/endpoints"):
+            return None
+        model = self.catalog.model(tail.removesuffix("/endpoints"))
+        if model is None:
+            return _error_response(
+                ApiError(404, "model_not_found", f'No model "{tail.removesuffix("/endpoints")}" in the catalog.')
+            )
+        return _json_response(endpoints_listing(model))
+
+    async def _prepare(self, request: Request) -> tuple[PreparedRequest, Provider, ProviderRules]:
+        """Read and prepare a chat completions body; returns it with its provider and rules."""
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise _too_large(self.max_body_bytes)
+        body = await request.body()
+        if self.catalog is not None:
+            prepared, decision = prepare_routed_request(
+                body, self.catalog, headers=dict(request.headers), max_body_bytes=self.max_body_bytes
+            )
+            return prepared, decision.provider, decision.rules
+        assert self.upstream is not None
+        rules = rules_for(self.upstream)
+        return prepare_request(body, rules, max_body_bytes=self.max_body_bytes), self.upstream, rules
 
     async def handle(self, request: Request) -> Response:
         client = self.client
-        if client is None:  # pragma: no cover - only without lifespan
+        if client is None or self.default is None:  # pragma: no cover - only without lifespan
             raise RuntimeError("the sidecar's lifespan has not started")
         method = request.method
+        listing = self._listing(method, request.url.path)
+        if listing is not None:
+            return listing
         content: bytes | AsyncIterator[bytes]
         options: ResponseOptions | None = None
+        provider = self.default
         if is_chat_completions(method, request.url.path):
-            declared = request.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-                return _error_response(_too_large(self.max_body_bytes))
             try:
-                prepared = prepare_request(await request.body(), self.rules, max_body_bytes=self.max_body_bytes)
+                prepared, provider, rules = await self._prepare(request)
             except ApiError as error:
                 return _error_response(error)
             content = prepared.body
-            options = ResponseOptions(exclude=prepared.controls.exclude, think=self.think)
+            think = think_tags_for(rules, self.think_tags, self.think_start)
+            options = ResponseOptions(exclude=prepared.controls.exclude, think=think)
         else:
             content = request.stream()
         headers = without_headers(request.headers.raw, _DROP_REQUEST)
         headers.append((b"accept-encoding", b"identity"))
+        key = self.keys.get(provider.name)
+        if key is not None:
+            headers = [(k, v) for k, v in headers if k != b"authorization"]
+            headers.append((b"authorization", b"Bearer " + key.encode("latin-1")))
         upstream_request = client.build_request(
             method,
-            self.target(request.url.path, request.scope.get("query_string", b"")),
+            self.target(provider.base_url, request.url.path, request.scope.get("query_string", b"")),
             headers=headers,
             content=content,
         )
@@ -197,44 +253,72 @@ def _too_large(limit: int) -> ApiError:
     )
 
 
+def _json_response(data: Any) -> Response:
+    return Response(encode(data), media_type="application/json")
+
+
+def api_keys(catalog: Catalog) -> dict[str, str]:
+    """The API key of each catalog provider whose ``api_key_env`` names a set environment variable."""
+    keys: dict[str, str] = {}
+    for provider in catalog.providers:
+        if provider.api_key_env and os.environ.get(provider.api_key_env):
+            keys[provider.name] = os.environ[provider.api_key_env]
+    return keys
+
+
 def create_app(
-    upstream: str,
+    upstream: str | None = None,
     *,
     provider: str | None = None,
+    catalog: Catalog | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
     transport: httpx.AsyncBaseTransport | None = None,
     think_tags: bool | ThinkTags | None = None,
     think_start: ThinkStart = "content",
 ) -> Starlette:
-    """Build the sidecar app for one upstream.
+    """Build the sidecar app: in front of one upstream, or routing through a model catalog.
 
     Args:
-        upstream: the upstream base URL, e.g. ``https://openrouter.ai/api/v1`` or ``http://127.0.0.1:8000/v1``.
-        provider: the provider whose rules apply; inferred from the upstream host when ``None``
-            (``numi_mw.core.providers.infer_provider``).
+        upstream: the upstream base URL, e.g. ``https://openrouter.ai/api/v1`` or ``http://127.0.0.1:8000/v1``
+            (single-upstream mode).
+        provider: with ``upstream``, the provider whose rules apply; inferred from the upstream host when
+            ``None`` (``numi_mw.core.providers.infer_provider``).
+        catalog: route every chat completions request through this catalog instead (catalog mode): each goes
+            to the base URL of its chosen endpoint's provider, with that provider's key (from the environment
+            variable ``api_key_env`` names, read now) in place of the client's ``Authorization``. ``GET
+            …/models`` and ``GET …/models/{author}/{slug}/endpoints`` are served from the catalog; other paths
+            go to the catalog's first provider.
         max_body_bytes: request body limit in bytes (413 ``payload_too_large`` above it).
         timeout: upstream timeouts in seconds (a read timeout applies between chunks).
-        transport: an ``httpx`` transport for the upstream (tests); the default opens real connections.
+        transport: an ``httpx`` transport for the upstreams (tests); the default opens real connections.
         think_tags: split ``<think>`` tags out of response content: ``None`` for the provider's default (on for
             ``local``), ``True``/``False`` to force it, or a ``ThinkTags`` with your own tag families.
         think_start: where a stream starts for the think splitter (``reasoning_text.ThinkTags.start``).
 
     Raises:
-        ValueError: ``provider`` is not a known provider name.
+        ValueError: neither or both of ``upstream`` and ``catalog``; ``provider`` is not a known provider name.
 
-    Errors reach the client as the OpenAI-style error body: 400 for bad chat completions bodies, 413 over the
-    body limit, 502 ``upstream_unavailable``, 504 ``upstream_timeout``. An upstream's own error response is
-    passed through unchanged.
+    Errors reach the client as the OpenAI-style error body: 400 for bad chat completions bodies or an effort
+    no endpoint accepts, 413 over the body limit, 503 when strict matching leaves no endpoint, 502
+    ``upstream_unavailable``, 504 ``upstream_timeout``. An upstream's own error response is passed through
+    unchanged.
     """
-    rules = get_provider(provider if provider is not None else infer_provider(upstream))
+    if (upstream is None) == (catalog is None):
+        raise ValueError("give either an upstream base URL or a catalog")
+    single: Provider | None = None
+    if upstream is not None:
+        name = get_provider(provider if provider is not None else infer_provider(upstream)).name
+        single = Provider(name=name, base_url=upstream)
     sidecar = _Sidecar(
-        upstream,
-        rules,
+        single,
+        catalog,
+        api_keys(catalog) if catalog is not None else {},
         max_body_bytes,
         timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
         transport,
-        think_tags_for(rules, think_tags, think_start),
+        think_tags,
+        think_start,
     )
     app = Starlette(
         routes=[Route("/{path:path}", sidecar.handle, methods=_METHODS)],
