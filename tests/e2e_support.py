@@ -156,11 +156,14 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], seconds: float = 
 
 
 @contextlib.contextmanager
-def sidecar(upstream: str, *args: str) -> Iterator[str]:
-    """Run ``numi-mw serve --upstream UPSTREAM ARGS`` on a free loopback port; yields its ``/v1`` base URL."""
+def sidecar(upstream: str | None, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run ``numi-mw serve [--upstream UPSTREAM] ARGS`` on a free loopback port; yields its ``/v1`` base URL."""
     port = free_port()
-    command = [*numi_mw_command(), "serve", "--upstream", upstream, "--port", str(port), "--log-level", "warning"]
-    process = subprocess.Popen([*command, *args], env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    command = [*numi_mw_command(), "serve", "--port", str(port), "--log-level", "warning"]
+    if upstream is not None:
+        command += ["--upstream", upstream]
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    process = subprocess.Popen([*command, *args], env=environment)
     try:
         wait_for_port(port, process)
         yield f"http://127.0.0.1:{port}/v1"
