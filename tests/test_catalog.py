@@ -214,11 +214,11 @@ ERRORS: list[tuple[str, str, str, str | None, str | None]] = [
         "base_url",
     ),
     (
-        "missing models table",
-        '[[providers]]\nname = "openrouter"\nbase_url = "https://openrouter.ai/api/v1"\n',
-        "catalog.toml: models: missing required field",
+        "missing providers table",
+        '[[models]]\nid = "m"\nendpoints = []\n',
+        "catalog.toml: providers: missing required field",
         None,
-        "models",
+        "providers",
     ),
     (
         "providers of the wrong type",
@@ -480,3 +480,8 @@ def test_listings_are_copies_not_views_of_the_catalog() -> None:
     listing["data"][0]["supported_parameters"].append("x")
     listing["data"][0]["reasoning"]["supported_efforts"].append("x")
     assert models_listing(catalog) != listing
+
+
+def test_a_catalog_of_providers_only_routes_everything_to_the_first() -> None:
+    catalog = load_catalog('[[providers]]\nname = "openrouter"\nbase_url = "https://openrouter.ai/api/v1"\n', "c.toml")
+    assert catalog.models == []

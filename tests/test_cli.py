@@ -99,3 +99,54 @@ def test_rebuild_rejects_other_input() -> None:
     result = run(["rebuild"], b"hello")
     assert result.returncode == 1
     assert result.stderr.startswith(b"numi-mw rebuild: ")
+
+
+PACKAGED = str(Path(__file__).resolve().parents[1] / "numi_mw" / "catalog.toml")
+
+
+def test_request_with_a_catalog_shows_the_route_and_the_body() -> None:
+    body = {
+        "model": "anthropic/claude-sonnet-4.5",
+        "reasoning_effort": "high",
+        "messages": [{"role": "assistant", "content": "x", "reasoning_content": "r"}],
+    }
+    result = run(["request", "--catalog", PACKAGED], json.dumps(body).encode())
+    assert result.returncode == 0
+    assert json.loads(result.stdout) == {
+        "route": {
+            "model": "anthropic/claude-sonnet-4.5",
+            "endpoint": "anthropic",
+            "eligible": ["anthropic"],
+            "provider": "openrouter",
+            "base_url": "https://openrouter.ai/api/v1",
+            "wire_api": "openai-chat",
+            "rules": "openrouter",
+        },
+        "body": {
+            "model": "anthropic/claude-sonnet-4.5",
+            "reasoning": {"effort": "high"},
+            "messages": [{"role": "assistant", "content": "x", "reasoning": "r"}],
+        },
+    }
+
+
+def test_request_with_a_catalog_refuses_an_unaccepted_effort() -> None:
+    result = run(
+        ["request", "--catalog", PACKAGED], b'{"model": "anthropic/claude-sonnet-4.5", "reasoning_effort": "xhigh"}'
+    )
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["error"]["param"] == "reasoning.effort"
+
+
+def test_catalog_check(tmp_path: Path) -> None:
+    ok = run(["catalog", "check", PACKAGED], b"")
+    assert ok.returncode == 0
+    assert ok.stdout.decode().endswith(": ok: 1 providers, 4 models, 4 endpoints\n")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[providers]]\nname = "x"\nbase_url = "ftp://x"\n')
+    result = run(["catalog", "check", str(bad)], b"")
+    assert result.returncode == 1
+    assert (
+        result.stderr.decode()
+        == f'{bad}: providers[0] (name "x"): base_url: "ftp://x" must start with http:// or https://\n'
+    )

@@ -135,7 +135,7 @@ class Catalog(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=F
     """The whole catalog: providers and models, in file order."""
 
     providers: list[Provider]
-    models: list[Model]
+    models: list[Model] = []
 
     def model(self, id: str) -> Model | None:
         """The model with this ``id``, or ``None``."""
