@@ -1,0 +1,105 @@
+"""``python -m benchmarks``: run the benchmark harness from the repository root (see ``benchmarks/README.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from functools import partial
+
+from benchmarks import inprocess, loopback, memory, report
+from benchmarks.config import Config, make_config
+from benchmarks.timing import Measurement
+
+CASES = ("asgi", "request", "request-memory", "stream", "stream-memory", "sidecar", "litellm")
+"""Case names for ``--cases``, in the order they run."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="numi_mw benchmarks: ratios against the bare app, a stdlib-json baseline and other proxies.",
+    )
+    parser.add_argument("--quick", action="store_true", help="few rounds and small sizes (under a minute)")
+    parser.add_argument("--json", action="store_true", help="JSON lines on stdout (the table goes to stderr)")
+    parser.add_argument(
+        "--cases",
+        type=lambda value: [name.strip() for name in value.split(",") if name.strip()],
+        default=list(CASES),
+        metavar="NAME,...",
+        help=f"cases to run (default: all): {', '.join(CASES)}",
+    )
+    parser.add_argument("--rounds", type=int, default=None, metavar="N", help="interleaved rounds of every case")
+    return parser
+
+
+def _runners(
+    config: Config, say: Callable[[str], None], cases: Sequence[str]
+) -> list[tuple[str, Callable[[], list[Measurement]]]]:
+    runners: list[tuple[str, Callable[[], list[Measurement]]]] = [
+        ("asgi", partial(inprocess.run_asgi, config)),
+        ("request", partial(inprocess.run_request, config)),
+        ("request-memory", partial(memory.run_request_memory, config)),
+        ("stream", partial(inprocess.run_stream, config)),
+        ("stream-memory", partial(memory.run_stream_memory, config)),
+    ]
+    if "sidecar" in cases or "litellm" in cases:
+        runners.append(
+            (
+                "sidecar" if "sidecar" in cases else "litellm",
+                partial(loopback.run_loopback, config, sidecar="sidecar" in cases, litellm="litellm" in cases, say=say),
+            )
+        )
+    return [(name, run) for name, run in runners if name in cases]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    unknown = [name for name in args.cases if name not in CASES]
+    if unknown:
+        _parser().error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    try:
+        config = make_config(quick=args.quick, rounds=args.rounds)
+    except ValueError as exc:
+        _parser().error(str(exc))
+    terminal = sys.stderr if args.json else sys.stdout
+
+    def say(text: str) -> None:
+        print(text, file=terminal, flush=True)
+
+    info = report.machine()
+    if args.json:
+        print(json.dumps({**info, "quick": config.quick, "config": _config_json(config)}), flush=True)
+    say(report.describe_machine(info))
+    measurements: list[Measurement] = []
+    started = time.perf_counter()
+    for name, run in _runners(config, say, args.cases):
+        case_start = time.perf_counter()
+        say(f"== {name}")
+        results = run()
+        for measurement in results:
+            if args.json:
+                print(json.dumps(measurement.to_json()), flush=True)
+        measurements += results
+        say(f"   {time.perf_counter() - case_start:.1f} s")
+    elapsed = time.perf_counter() - started
+    say("")
+    say(report.table(measurements))
+    say("")
+    say(report.titles(measurements))
+    mode = "--quick" if config.quick else "default"
+    say(f"\n{mode} run, {elapsed:.0f} s; ratios are medians of interleaved rounds, absolute times are not asserted")
+    if args.json:
+        print(json.dumps({"kind": "summary", "seconds": elapsed, "measurements": len(measurements)}), flush=True)
+    return 0
+
+
+def _config_json(config: Config) -> dict[str, object]:
+    return asdict(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Run settings: the default run (under five minutes on 2 cores) and ``--quick`` (under a minute)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from benchmarks.payloads import KIB, MIB
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """How long and how big each case runs.
+
+    Attributes:
+        quick: the ``--quick`` settings are in use.
+        rounds: interleaved rounds of the in-process cases (ASGI, request, stream).
+        batch_seconds: target duration of one contender's batch in one in-process round.
+        fixture_rounds: rounds for each recorded fixture stream (they are small and many).
+        load_rounds: interleaved rounds of the loopback cases (direct, pass-through, sidecar, LiteLLM).
+        load_seconds: duration of one load run (one target, one kind, one round).
+        concurrency: concurrent client tasks driving a loopback target.
+        body_8mb: size of the large request body in bytes.
+        blob_8mb: size of its ``reasoning.encrypted`` blob in bytes.
+        memory_events: events fed through ``ResponseRewriter`` by the stream memory case.
+        memory_checkpoint: the event count at which the first memory reading is taken.
+        memory_seconds: time limit of the stream memory case (it reports how far it got).
+    """
+
+    quick: bool = False
+    rounds: int = 15
+    batch_seconds: float = 0.1
+    fixture_rounds: int = 7
+    load_rounds: int = 3
+    load_seconds: float = 5.0
+    concurrency: int = 16
+    body_8mb: int = 8 * MIB
+    blob_8mb: int = 6 * MIB
+    memory_events: int = 100_000
+    memory_checkpoint: int = 10_000
+    memory_seconds: float = 60.0
+
+
+DEFAULT = Config()
+
+QUICK = Config(
+    quick=True,
+    rounds=3,
+    batch_seconds=0.02,
+    fixture_rounds=3,
+    load_rounds=1,
+    load_seconds=1.0,
+    concurrency=8,
+    body_8mb=1 * MIB,
+    blob_8mb=768 * KIB,
+    memory_events=20_000,
+    memory_checkpoint=2_000,
+    memory_seconds=15.0,
+)
+
+
+def make_config(*, quick: bool, rounds: int | None) -> Config:
+    """The settings for a run; ``rounds`` overrides the round counts of every case."""
+    config = QUICK if quick else DEFAULT
+    if rounds is not None:
+        if rounds < 1:
+            raise ValueError("--rounds must be at least 1")
+        config = replace(config, rounds=rounds, fixture_rounds=rounds, load_rounds=rounds)
+    return config

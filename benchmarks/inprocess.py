@@ -1,0 +1,298 @@
+"""In-process cases: the middleware in ASGI (hand-built scope/receive/send), request normalization and stream
+normalization, each against its comparison in the same interleaved rounds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from functools import partial
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message
+
+from benchmarks import baseline, payloads
+from benchmarks.config import Config
+from benchmarks.timing import BatchRunner, Measurement, interleave, sync_runner, timed_ratio
+from numi_mw import ReasoningMiddleware
+from numi_mw.core.providers import get_provider
+from numi_mw.core.request import prepare_request
+from numi_mw.core.response import ResponseOptions, ResponseRewriter
+from numi_mw.core.sse import SSEDecoder
+
+PROVIDER = "openrouter"
+PATH = "/v1/chat/completions"
+
+
+# --- 1. the middleware in ASGI -------------------------------------------------------------------------------
+
+
+def bare_app() -> Starlette:
+    """A bare Starlette app: one POST route that reads the body and answers a small JSON object."""
+
+    async def chat(request: Request) -> Response:
+        body = await request.body()
+        return JSONResponse({"ok": True, "bytes": len(body)})
+
+    return Starlette(routes=[Route(PATH, chat, methods=["POST"])])
+
+
+def _scope(body: bytes) -> dict[str, object]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": PATH,
+        "raw_path": PATH.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1:8000"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"authorization", b"Bearer sk-bench"),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+
+
+async def call_asgi(app: ASGIApp, scope: dict[str, object], body: bytes) -> tuple[int, bytes]:
+    """One request through ``app``; returns the status and the response body."""
+    given = False
+    status = 0
+    chunks: list[bytes] = []
+
+    async def receive() -> Message:
+        nonlocal given
+        if given:
+            return {"type": "http.disconnect"}
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(dict(scope), receive, send)
+    return status, b"".join(chunks)
+
+
+def asgi_runner(loop: asyncio.AbstractEventLoop, app: ASGIApp, body: bytes) -> BatchRunner:
+    scope = _scope(body)
+
+    async def batch(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            await call_asgi(app, scope, body)
+        return time.perf_counter() - start
+
+    def run(n: int) -> float:
+        return loop.run_until_complete(batch(n))
+
+    return run
+
+
+def _check_asgi(loop: asyncio.AbstractEventLoop, app: ASGIApp, body: bytes, *, rewritten: bool) -> None:
+    """The contender does what it claims: 200, and the app saw a rewritten body exactly when expected."""
+    status, out = loop.run_until_complete(call_asgi(app, _scope(body), body))
+    if status != 200:
+        raise RuntimeError(f"ASGI check: status {status}: {out[:200]!r}")
+    seen = int(out.split(b'"bytes":')[1].rstrip(b"}"))
+    if (seen != len(body)) != rewritten:
+        raise RuntimeError(f"ASGI check: the app saw {seen} bytes of {len(body)} (rewrite expected: {rewritten})")
+
+
+def run_asgi(config: Config) -> list[Measurement]:
+    loop = asyncio.new_event_loop()
+    try:
+        bare = bare_app()
+        wrapped = ReasoningMiddleware(bare, provider=PROVIDER)
+        rewrite, plain = payloads.request_2kb(), payloads.plain_2kb()
+        _check_asgi(loop, bare, rewrite, rewritten=False)
+        _check_asgi(loop, wrapped, rewrite, rewritten=True)
+        _check_asgi(loop, wrapped, plain, rewritten=False)
+        samples = interleave(
+            {
+                "bare, rewrite body": asgi_runner(loop, bare, rewrite),
+                "middleware, rewrite body": asgi_runner(loop, wrapped, rewrite),
+                "bare, plain body": asgi_runner(loop, bare, plain),
+                "middleware, plain body": asgi_runner(loop, wrapped, plain),
+            },
+            config.rounds,
+            config.batch_seconds,
+        )
+    finally:
+        loop.close()
+    return [
+        timed_ratio(
+            "asgi.rewrite_2kb",
+            "middleware vs bare Starlette app, 2 KB body needing rewrite (time per request)",
+            samples,
+            "middleware, rewrite body",
+            "bare, rewrite body",
+            "<=",
+            1.3,
+            extra={"body_bytes": len(rewrite)},
+        ),
+        timed_ratio(
+            "asgi.plain_2kb",
+            "middleware vs bare Starlette app, 2 KB body with nothing to normalize (time per request)",
+            samples,
+            "middleware, plain body",
+            "bare, plain body",
+            "<=",
+            1.10,
+            extra={"body_bytes": len(plain)},
+        ),
+    ]
+
+
+# --- 2. request normalization ----------------------------------------------------------------------------------
+
+
+def run_request(config: Config) -> list[Measurement]:
+    rules = get_provider(PROVIDER)
+    out: list[Measurement] = []
+    cases = (
+        ("request.history_200kb", "200 KB history (60 messages)", payloads.history_200kb(), 10.0),
+        (
+            "request.body_8mb",
+            f"{config.body_8mb / payloads.MIB:g} MB body ({config.blob_8mb / payloads.MIB:g} MB encrypted detail)",
+            payloads.body_8mb(config.body_8mb, config.blob_8mb),
+            20.0,
+        ),
+    )
+    for name, label, body, target in cases:
+        ours = prepare_request(body, rules).body
+        theirs = baseline.prepare_request(body)
+        if ours != theirs:
+            raise RuntimeError(f"{name}: numi_mw and the baseline disagree on the upstream body")
+        samples = interleave(
+            {
+                "baseline (json)": sync_runner(partial(baseline.prepare_request, body)),
+                "numi_mw": sync_runner(partial(prepare_request, body, rules)),
+            },
+            config.rounds,
+            config.batch_seconds,
+        )
+        out.append(
+            timed_ratio(
+                name,
+                f"prepare_request vs stdlib-json baseline, {label} (speedup)",
+                samples,
+                "baseline (json)",
+                "numi_mw",
+                ">=",
+                target,
+                extra={"body_bytes": len(body), "outputs_identical": True},
+            )
+        )
+    return out
+
+
+# --- 3. stream normalization ----------------------------------------------------------------------------------
+
+
+def _numi_stream(events: list[bytes]) -> Callable[[], bytes]:
+    options = ResponseOptions()
+
+    def run() -> bytes:
+        rewriter = ResponseRewriter(options, "sse")
+        out = [rewriter.feed(event) for event in events]
+        out.append(rewriter.finish())
+        return b"".join(out)
+
+    return run
+
+
+def _baseline_stream(events: list[bytes]) -> Callable[[], bytes]:
+    def run() -> bytes:
+        normalizer = baseline.StreamNormalizer()
+        out = [normalizer.feed(event) for event in events]
+        out.append(normalizer.finish())
+        return b"".join(out)
+
+    return run
+
+
+def _split_stream(events: list[bytes]) -> Callable[[], bytes]:
+    def run() -> bytes:
+        decoder = SSEDecoder()
+        out = [b"".join([e.raw for e in decoder.feed(event)]) for event in events]
+        out.append(b"".join([e.raw for e in decoder.flush()]))
+        return b"".join(out)
+
+    return run
+
+
+def _per_event(samples: dict[str, list[float]], events: int) -> dict[str, list[float]]:
+    return {name: [t / events for t in values] for name, values in samples.items()}
+
+
+def stream_measurements(name: str, label: str, events: list[bytes], rounds: int, batch: float) -> list[Measurement]:
+    count = len(events)
+    numi, base, split = _numi_stream(events), _baseline_stream(events), _split_stream(events)
+    if split() != b"".join(events):
+        raise RuntimeError(f"{name}: the SSE split does not give the stream back")
+    numi()  # raises if numi_mw cannot take the stream
+    base()
+    samples = _per_event(
+        interleave(
+            {"numi_mw": sync_runner(numi), "baseline (json)": sync_runner(base), "SSE split": sync_runner(split)},
+            rounds,
+            batch,
+        ),
+        count,
+    )
+    extra = {"events": count, "stream_bytes": sum(len(e) for e in events)}
+    return [
+        timed_ratio(
+            name,
+            f"ResponseRewriter vs stdlib-json baseline, {label} (speedup per event)",
+            samples,
+            "baseline (json)",
+            "numi_mw",
+            ">=",
+            4.0,
+            extra=extra,
+        ),
+        timed_ratio(
+            f"{name}.vs_split",
+            f"ResponseRewriter vs bare SSE split (SSEDecoder), {label} (time per event)",
+            samples,
+            "numi_mw",
+            "SSE split",
+            "<=",
+            3.0,
+            extra=extra,
+        ),
+    ]
+
+
+def run_stream(config: Config) -> list[Measurement]:
+    out = stream_measurements(
+        "stream.spec_2000",
+        "2,000-event stream shaped like spec 004",
+        payloads.spec_stream_events(2000),
+        config.rounds,
+        config.batch_seconds,
+    )
+    for stem, raw in payloads.fixture_streams().items():
+        out += stream_measurements(
+            f"stream.fixture.{stem}",
+            f"recorded {stem}.sse",
+            payloads.split_events(raw),
+            config.fixture_rounds,
+            config.batch_seconds,
+        )
+    return out

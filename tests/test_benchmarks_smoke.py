@@ -1,0 +1,60 @@
+"""``python -m benchmarks --quick --json`` works: exit 0, JSON lines, every measurement named (numbers not asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+EXPECTED = {
+    "asgi.rewrite_2kb",
+    "asgi.plain_2kb",
+    "request.history_200kb",
+    "request.body_8mb",
+    "request.body_8mb.memory",
+    "stream.spec_2000",
+    "stream.spec_2000.vs_split",
+    "stream.memory",
+    "stream.memory.time",
+    "sidecar.json",
+    "sidecar.sse",
+    "litellm.json",
+    "litellm.sse",
+}
+
+
+def test_quick_run_prints_json_lines_for_every_measurement() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--json"],
+        cwd=REPO,
+        capture_output=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-4000:]
+    lines = [line for line in result.stdout.decode().splitlines() if line.strip()]
+    records: list[dict[str, Any]] = [json.loads(line) for line in lines]
+    assert all(isinstance(record, dict) for record in records)
+
+    machines = [r for r in records if r.get("kind") == "machine"]
+    assert len(machines) == 1
+    assert {"cpu", "cores", "python", "packages"} <= machines[0].keys()
+    assert machines[0]["packages"]["numi_mw"]
+
+    measurements = {r["name"]: r for r in records if r.get("kind") == "measurement"}
+    missing = EXPECTED - measurements.keys()
+    assert not missing, f"measurements missing: {sorted(missing)}"
+    for record in measurements.values():
+        assert {"ratio", "target", "pass", "sides", "spread"} <= record.keys()
+        if record["skipped"] is None:
+            assert isinstance(record["ratio"], float)
+            assert isinstance(record["pass"], bool)
+        else:
+            assert record["ratio"] is None
+    if measurements["litellm.json"]["skipped"] is not None:
+        assert "skipped: litellm not installed" in result.stderr.decode()
+    assert records[-1]["kind"] == "summary"
