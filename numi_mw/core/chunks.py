@@ -26,7 +26,7 @@ A chunk that needs no change is reported as unchanged, so the shell can send its
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from numi_mw.core.details import FILLED_KEYS, DetailsRebuilder
 from numi_mw.core.reasoning_text import REASONING_KEYS, ThinkTags, visible_text
@@ -36,13 +36,14 @@ UNCHANGED = None
 """What ``ChunkNormalizer.chunk`` returns for a chunk that leaves as it came."""
 
 _GROWING = frozenset(("type", "text", "index"))
+_SLOW = object()
 
 
 @dataclass(slots=True)
 class _Choice:
     """The per-choice state of one stream."""
 
-    rebuilder: DetailsRebuilder = field(default_factory=DetailsRebuilder)
+    rebuilder: DetailsRebuilder = field(default_factory=lambda: DetailsRebuilder(track_text=False))
     splitter: ThinkSplitter | None = None
     finished: bool = False
 
@@ -86,6 +87,10 @@ class ChunkNormalizer:
         if not isinstance(choices, list) or not choices:
             return UNCHANGED
         self._envelope = data
+        if len(choices) == 1 and self.think is None and not self.exclude:
+            fast = self._fast(data, choices[0])
+            if fast is not _SLOW:
+                return cast("list[dict[str, Any]] | None", fast)
         results: list[list[Any]] = []
         changed = False
         for choice in choices:
@@ -107,6 +112,66 @@ class ChunkNormalizer:
             for chunk in chunks[:-1]:
                 chunk["usage"] = None
         return chunks
+
+    def _fast(self, data: dict[str, Any], choice: Any) -> Any:
+        """The common reasoning chunk (one choice, one unsigned text fragment or a plain ``reasoning`` string),
+        handled without the general machinery; ``_SLOW`` for anything else. Same output as the general path."""
+        if type(choice) is not dict:
+            return _SLOW
+        delta = choice.get("delta")
+        if type(delta) is not dict or choice.get("finish_reason") is not None:
+            return _SLOW
+        if "reasoning_content" in delta:
+            plain = delta["reasoning_content"]
+            if "reasoning" in delta or "reasoning_details" in delta or type(plain) is not str or not plain:
+                return _SLOW
+            state = self._choice(choice.get("index", 0))
+            entry = self._emit(state, {"type": "reasoning.text", "text": plain, "format": "unknown"})
+            fields: dict[str, Any] = {}
+            for key, value in delta.items():
+                if key == "reasoning_content":
+                    fields["reasoning"] = plain
+                else:
+                    fields[key] = value
+            fields["reasoning_details"] = [entry]
+            choice["delta"] = fields
+            return [data]
+        reasoning = delta.get("reasoning")
+        details = delta.get("reasoning_details")
+        if type(details) is list and len(details) == 1:
+            fragment = details[0]
+            if type(fragment) is not dict or fragment.get("type") != "reasoning.text" or "signature" in fragment:
+                return _SLOW
+            text = fragment.get("text")
+            if type(text) is not str or not text or reasoning != text:
+                return _SLOW
+            rebuilder = self._choice(choice.get("index", 0)).rebuilder
+            where = rebuilder.target(fragment)
+            assert where is not None
+            action, pos = where
+            if action == "extend":
+                if fragment.get("index") == pos and len(fragment) == 3:
+                    rebuilder.add(fragment, where)
+                    return UNCHANGED
+                entry = {"type": "reasoning.text", "text": text, "index": pos}
+            else:
+                if fragment.get("index") == pos:
+                    rebuilder.add(fragment, where)
+                    return UNCHANGED
+                entry = dict(fragment)
+                entry["index"] = pos
+            rebuilder.add(entry, where)
+            delta["reasoning_details"] = [entry]
+            return [data]
+        if details == [] and (reasoning is None or reasoning == ""):
+            return UNCHANGED  # nothing visible, no fragment (OpenRouter's content chunks)
+        if "reasoning_details" not in delta and type(reasoning) is str and reasoning:
+            state = self._choice(choice.get("index", 0))
+            delta["reasoning_details"] = [
+                self._emit(state, {"type": "reasoning.text", "text": reasoning, "format": "unknown"})
+            ]
+            return [data]
+        return _SLOW
 
     def _normalize_choice(self, choice: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The choice entries to send for ``choice`` (one per delta, in order), or ``UNCHANGED``."""
@@ -203,7 +268,7 @@ class ChunkNormalizer:
             return None
         action, pos = where
         if not isinstance(fragment, dict):
-            state.rebuilder.add(fragment)
+            state.rebuilder.add(fragment, where)
             return fragment
         if action == "new":
             entry = dict(fragment)
@@ -220,7 +285,7 @@ class ChunkNormalizer:
             if len(entry) == 1:
                 return None
             entry["index"] = pos
-        state.rebuilder.add(entry)
+        state.rebuilder.add(entry, where)
         return entry
 
     def finish(self) -> list[dict[str, Any]]:

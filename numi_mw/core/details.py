@@ -101,14 +101,22 @@ class DetailsRebuilder:
     ``add`` merges one fragment by the spec's four rules and says where it went, so a stream normalizer can give
     each streamed fragment the ``index`` of the detail it lands in (DESIGN.md decision 5).
 
+    Args:
+        track_text: keep the text rule 1 appends. A stream normalizer that only needs to know where fragments go
+            passes ``False``: memory then stays constant in the stream's length (a detail keeps the text of its
+            first fragment only).
+
     Attributes:
-        details: the details rebuilt so far (new dicts; the fragments are not modified).
+        details: the details so far (new dicts; the fragments are not modified). Appended text is kept aside
+            (joined once, so a long stream costs linear time) until ``result()``.
     """
 
-    __slots__ = ("details",)
+    __slots__ = ("_parts", "details", "track_text")
 
-    def __init__(self) -> None:
+    def __init__(self, *, track_text: bool = True) -> None:
         self.details: list[Any] = []
+        self.track_text = track_text
+        self._parts: dict[int, list[str]] = {}
 
     def _latest_text(self, *, unsigned_only: bool) -> int | None:
         """Position of the most recent ``reasoning.text`` detail (without a signature if ``unsigned_only``)."""
@@ -146,17 +154,28 @@ class DetailsRebuilder:
             return ("new", len(self.details)) if signed else None
         return ("fill", pos)
 
-    def add(self, fragment: Any) -> tuple[str, int] | None:
-        """Merge ``fragment``; returns what ``target`` returns for it."""
-        where = self.target(fragment)
+    def result(self) -> list[Any]:
+        """The rebuilt details, with the appended text joined in."""
+        for pos, parts in self._parts.items():
+            self.details[pos]["text"] = "".join(parts)
+        self._parts.clear()
+        return self.details
+
+    def add(self, fragment: Any, where: tuple[str, int] | None = None) -> tuple[str, int] | None:
+        """Merge ``fragment``; returns what ``target`` returns for it (pass ``where`` when already known)."""
+        if where is None:
+            where = self.target(fragment)
         if where is None:
             return None
         action, pos = where
         if action == "new":
             self.details.append(dict(fragment) if isinstance(fragment, dict) else fragment)
         elif action == "extend":
-            detail = self.details[pos]
-            detail["text"] = detail.get("text", "") + fragment["text"]
+            if self.track_text:
+                parts = self._parts.get(pos)
+                if parts is None:
+                    parts = self._parts[pos] = [self.details[pos].get("text", "")]
+                parts.append(fragment["text"])
         else:
             detail = self.details[pos]
             for key in FILLED_KEYS:
@@ -197,8 +216,7 @@ def rebuild_reasoning_details(fragments: list[dict[str, Any]]) -> list[dict[str,
     rebuilder = DetailsRebuilder()
     for fragment in fragments:
         rebuilder.add(fragment)
-    details: list[dict[str, Any]] = rebuilder.details
-    return details
+    return rebuilder.result()
 
 
 def fragments_from_body(body: bytes) -> list[Any]:

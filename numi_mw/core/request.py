@@ -21,9 +21,8 @@ from numi_mw.core.routing import apply_reasoning_mode, choose_endpoint, eligible
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 """Default request body limit in bytes (64 MiB); larger bodies get 413 ``payload_too_large``."""
 
-_NEEDLES = (b"reasoning", b"\\u")
-"""The byte prefilter: a body holding none of these has nothing to normalize (every field the rules read
-contains ``reasoning``; ``\\u`` catches a key spelled with JSON escapes)."""
+PREFILTER_MAX_BYTES = 64 * 1024
+"""Bodies larger than this (bytes) skip the byte prefilter: one msgspec decode beats scanning them first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +43,12 @@ class PreparedRequest:
 
 
 def needs_decoding(body: bytes) -> bool:
-    """The byte prefilter: ``False`` when ``body`` certainly has nothing to normalize."""
-    return any(needle in body for needle in _NEEDLES)
+    """The byte prefilter: ``False`` when ``body`` certainly has nothing to normalize.
+
+    Every field the rules read contains ``reasoning``; a ``\\u`` escape could spell such a key, so a body with
+    one is decoded too (checked for a backslash first: a one-byte search is much faster).
+    """
+    return b"reasoning" in body or (b"\\" in body and b"\\u" in body)
 
 
 def prepare_request(
@@ -72,7 +75,7 @@ def prepare_request(
     """
     if len(body) > max_body_bytes:
         raise _too_large(len(body), max_body_bytes)
-    if not needs_decoding(body):
+    if len(body) <= PREFILTER_MAX_BYTES and not needs_decoding(body):
         codec.check_object(body)
         return PreparedRequest(body, False, NO_CONTROLS)
     data = codec.decode_object(body)

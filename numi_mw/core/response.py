@@ -103,7 +103,10 @@ class ResponseRewriter:
         if self.mode == "json":
             self._buffer.append(chunk)
             return b""
-        return b"".join(self._event(event) for event in self._decoder.feed(chunk))
+        events = self._decoder.feed(chunk)
+        if len(events) == 1:
+            return self._event(events[0])
+        return b"".join([self._event(event) for event in events])
 
     def finish(self) -> bytes:
         """End of the upstream body; return the last bytes to send."""
@@ -136,7 +139,9 @@ class ResponseRewriter:
         chunks = self._normalizer.chunk(value)
         if chunks is UNCHANGED:
             return event.raw
-        return b"".join(encode_event(codec.encode(chunk), event=event.event, id=event.id) for chunk in chunks)
+        if event.event is None and event.id is None:
+            return b"".join([b"data: " + codec.encode(chunk) + b"\n\n" for chunk in chunks])
+        return b"".join([encode_event(codec.encode(chunk), event=event.event, id=event.id) for chunk in chunks])
 
     def _completion(self, body: bytes) -> bytes:
         if not self.options.exclude and self.options.think is None and b"reasoning" not in body:

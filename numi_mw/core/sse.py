@@ -33,7 +33,7 @@ _BOM = b"\xef\xbb\xbf"
 _LF = 0x0A
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SSEEvent:
     """One SSE event as it arrived.
 
@@ -111,9 +111,38 @@ class SSEDecoder:
         Returns:
             The events whose terminating blank line is now complete; bytes of an unfinished event stay buffered.
         """
+        if not self._buf and not self._at_start and chunk and b"\r" not in chunk:
+            return self._feed_simple(chunk)
         if chunk:
             self._buf += chunk
         return self._parse(final=False)
+
+    def _feed_simple(self, chunk: bytes) -> list[SSEEvent]:
+        """The fast path for a chunk that starts at an event boundary and has no ``\r``: each complete event of
+        one ``data:`` line or of comments is cut straight out of ``chunk``; anything else goes to ``_parse``."""
+        events: list[SSEEvent] = []
+        start = 0
+        while True:
+            end = chunk.find(b"\n\n", start)
+            if end == -1:
+                break
+            if end == start:  # a blank line that ends nothing
+                events.append(SSEEvent(chunk[start : end + 1]))
+                start = end + 1
+                continue
+            block = chunk[start:end]
+            if block.startswith(b"data:") and b"\n" not in block:
+                value = block[6:] if block[5:6] == b" " else block[5:]
+                events.append(SSEEvent(chunk[start : end + 2], value))
+            elif block.startswith(b":") and b"\n" not in block:
+                events.append(SSEEvent(chunk[start : end + 2], None, None, None, True))
+            else:
+                break
+            start = end + 2
+        if start < len(chunk):
+            self._buf += chunk[start:] if start else chunk
+            events.extend(self._parse(final=False))
+        return events
 
     def flush(self) -> list[SSEEvent]:
         """End the stream: return the events still pending and reset the decoder.
