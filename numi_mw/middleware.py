@@ -78,6 +78,7 @@ class _RequestResponder:
         self.body = b""
         self.options = ResponseOptions()
         self.rewriter: ResponseRewriter | None = None
+        self.held: list[bytes] = []
         self.start: Message = {}
 
     async def run(self) -> None:
@@ -132,17 +133,19 @@ class _RequestResponder:
             await self.send(message)
             return
         more = message.get("more_body", False)
-        out = rewriter.feed(message.get("body", b""))
-        if not more:
-            out += rewriter.finish()
         if rewriter.mode == "json":
+            self.held.append(message.get("body", b""))
             if more:
                 return
+            out = rewriter.completion(self.held[0] if len(self.held) == 1 else b"".join(self.held))
             start = dict(self.start)
             start["headers"] = [*start["headers"], (b"content-length", str(len(out)).encode())]
             await self.send(start)
             await self.send({"type": "http.response.body", "body": out, "more_body": False})
             return
+        out = rewriter.feed(message.get("body", b""))
+        if not more:
+            out += rewriter.finish()
         if out or not more:
             await self.send({"type": "http.response.body", "body": out, "more_body": more})
 

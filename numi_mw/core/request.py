@@ -12,7 +12,7 @@ from typing import Any
 from numi_mw.core import codec
 from numi_mw.core.catalog import Catalog, Provider
 from numi_mw.core.controls import NO_CONTROLS, ReasoningControls, encode_controls, fold_controls
-from numi_mw.core.details import check_detail_limits
+from numi_mw.core.details import MAX_SIGNATURE_BYTES, check_detail_limits
 from numi_mw.core.errors import ApiError
 from numi_mw.core.history import Route, normalize_messages, prepare_messages
 from numi_mw.core.providers import PROVIDERS, ProviderRules
@@ -20,6 +20,10 @@ from numi_mw.core.routing import apply_reasoning_mode, choose_endpoint, eligible
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 """Default request body limit in bytes (64 MiB); larger bodies get 413 ``payload_too_large``."""
+
+MIN_DETAIL_LIMIT = MAX_SIGNATURE_BYTES
+"""A body no larger than the smallest detail limit (bytes) cannot hold a field over its limit: a JSON string's
+UTF-8 size never exceeds its encoded length, so the detail walk is skipped."""
 
 PREFILTER_MAX_BYTES = 64 * 1024
 """Bodies larger than this (bytes) skip the byte prefilter: one msgspec decode beats scanning them first."""
@@ -79,15 +83,15 @@ def prepare_request(
         codec.check_object(body)
         return PreparedRequest(body, False, NO_CONTROLS)
     data = codec.decode_object(body)
-    controls, changed = normalize_body(data, rules)
+    controls, changed = normalize_body(data, rules, len(body))
     stream = data.get("stream") is True
     if not changed:
         return PreparedRequest(body, False, controls, stream)
     return PreparedRequest(codec.encode(data), True, controls, stream)
 
 
-def normalize_body(data: dict[str, Any], rules: ProviderRules) -> tuple[ReasoningControls, bool]:
-    """Normalize a decoded request body in place (see ``prepare_request``).
+def normalize_body(data: dict[str, Any], rules: ProviderRules, body_size: int) -> tuple[ReasoningControls, bool]:
+    """Normalize a decoded request body of ``body_size`` bytes in place (see ``prepare_request``).
 
     Returns:
         ``(controls, changed)``: the effective reasoning controls and whether ``data`` changed.
@@ -98,7 +102,8 @@ def normalize_body(data: dict[str, Any], rules: ProviderRules) -> tuple[Reasonin
     if "messages" in data:
         if normalize_messages(data["messages"], rules.reasoning_field):
             changed = True
-        check_detail_limits(data["messages"])
+        if body_size > MIN_DETAIL_LIMIT:
+            check_detail_limits(data["messages"])
     return controls, changed
 
 
@@ -247,7 +252,8 @@ def prepare_routed_request(
                 changed = True
         if normalize_messages(data["messages"], rules.reasoning_field):
             changed = True
-        check_detail_limits(data["messages"])
+        if len(body) > MIN_DETAIL_LIMIT:
+            check_detail_limits(data["messages"])
     stream = data.get("stream") is True
     prepared = PreparedRequest(codec.encode(data) if changed else body, changed, controls, stream)
     return prepared, decision

@@ -69,6 +69,11 @@ def response_mode(status: int, content_type: str | None) -> Mode:
     return "pass"
 
 
+_NO_DECODER = SSEDecoder()
+_NO_NORMALIZER = ChunkNormalizer()
+"""Placeholders for the ``json`` and ``pass`` modes, which never use them (saves building them per response)."""
+
+
 class ResponseRewriter:
     """Rewrite one response body; one instance per response.
 
@@ -87,8 +92,9 @@ class ResponseRewriter:
         self.options = options
         self.mode = mode
         self._buffer: list[bytes] = []
-        self._decoder = SSEDecoder()
-        self._normalizer = ChunkNormalizer(exclude=options.exclude, think=options.think)
+        sse = mode == "sse"
+        self._decoder = SSEDecoder() if sse else _NO_DECODER
+        self._normalizer = ChunkNormalizer(exclude=options.exclude, think=options.think) if sse else _NO_NORMALIZER
         self._done = False
 
     @property
@@ -113,7 +119,7 @@ class ResponseRewriter:
         if self.mode == "pass":
             return b""
         if self.mode == "json":
-            return self._completion(b"".join(self._buffer))
+            return self.completion(b"".join(self._buffer))
         out = [self._event(event) for event in self._decoder.flush()]
         if not self._done:
             out.append(self._closing_chunks())
@@ -143,7 +149,8 @@ class ResponseRewriter:
             return b"".join([b"data: " + codec.encode(chunk) + b"\n\n" for chunk in chunks])
         return b"".join([encode_event(codec.encode(chunk), event=event.event, id=event.id) for chunk in chunks])
 
-    def _completion(self, body: bytes) -> bytes:
+    def completion(self, body: bytes) -> bytes:
+        """The client's bytes for a whole buffered (``json`` mode) response ``body``."""
         if not self.options.exclude and self.options.think is None and b"reasoning" not in body:
             return body
         try:
