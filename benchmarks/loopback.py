@@ -167,6 +167,8 @@ def _litellm_command(upstream: str, port: int, config_dir: Path) -> list[str]:
         "      model: openai/bench\n"
         f"      api_base: {upstream}\n"
         "      api_key: sk-bench\n"
+        "general_settings:\n"
+        "  master_key: sk-bench\n"  # the load generator sends "Bearer sk-bench" to every target
     )
     code = "import sys; from litellm.proxy.proxy_cli import run_server; sys.exit(run_server())"
     return [sys.executable, "-c", code, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
