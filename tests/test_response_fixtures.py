@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from numi_mw.core.details import rebuild_reasoning_details
 from numi_mw.core.reasoning_text import ThinkTags, visible_text
 from tests.conftest import SHARED
+from tests.e2e_support import numi_mw_command
 from tests.response_support import client_view, frame_jsonl, rewrite, rewrite_json, sse_chunks
 
 CHAT = SHARED / "fixtures" / "openai-chat"
@@ -176,3 +178,21 @@ def test_recorded_think_tag_body(shared_dir: Path, name: str) -> None:
     assert message["content"] == content
     assert message["reasoning"] == reasoning
     assert message["reasoning_details"] == [{"type": "reasoning.text", "text": reasoning, "format": "unknown"}]
+
+
+@pytest.mark.parametrize("name", [*names(CHAT, ".sse", ".jsonl", ".json"), *names(TAGS, ".sse", ".json")])
+def test_numi_mw_response_prints_what_the_core_gives(shared_dir: Path, name: str, tmp_path: Path) -> None:
+    """``numi-mw response`` on every recorded file writes exactly the bytes the shells send."""
+    folder, provider, think = (TAGS, "local", ThinkTags()) if (TAGS / name).exists() else (CHAT, "openrouter", None)
+    body = stream_bytes(folder / name) if not name.endswith(".json") else (folder / name).read_bytes()
+    request = tmp_path / "request.json"
+    request.write_text('{"model": "m"}')
+    result = subprocess.run(
+        [*numi_mw_command(), "response", "--request", str(request), "--provider", provider],
+        input=body,
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    expected = rewrite_json(body, think=think) if name.endswith(".json") else rewrite(body, think=think)
+    assert result.stdout == expected
