@@ -21,21 +21,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-_HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"trailers",
-        b"transfer-encoding",
-        b"upgrade",
-    }
-)
-_DROP_REQUEST = _HOP_BY_HOP | {b"host", b"content-length"}
+from numi_mw.asgi import HOP_BY_HOP
+
+_DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length"}
 
 
 def create_app(upstream: str) -> Starlette:
@@ -71,7 +59,7 @@ def create_app(upstream: str) -> Starlette:
         out = StreamingResponse(
             relay(response), status_code=response.status_code, background=BackgroundTask(response.aclose)
         )
-        out.raw_headers = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP]
+        out.raw_headers = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]
         return out
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]

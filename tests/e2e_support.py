@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from benchmarks.payloads import split_events
 from tests.conftest import SHARED
 
 MODELS = {"object": "list", "data": [{"id": "replay/model", "object": "model", "owned_by": "replay"}]}
@@ -37,15 +38,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def split_events(raw: bytes) -> list[bytes]:
-    """Split recorded SSE bytes after each blank line (``\\n\\n``), keeping every byte."""
-    parts = raw.split(b"\n\n")
-    events = [part + b"\n\n" for part in parts[:-1]]
-    if parts[-1]:
-        events.append(parts[-1])
-    return events
 
 
 def fixture_body(name: str) -> tuple[bytes, str]:
