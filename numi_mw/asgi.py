@@ -30,6 +30,15 @@ def without_headers(headers: Iterable[tuple[bytes, bytes]], names: frozenset[byt
     return [(k, v) for k, v in headers if k.lower() not in names]
 
 
+def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """The header names a ``Connection`` header lists (hop-by-hop too, RFC 9110 section 7.6.1), lower-cased."""
+    names: set[bytes] = set()
+    for key, value in headers:
+        if key.lower() == b"connection":
+            names.update(token.strip().lower() for token in value.split(b",") if token.strip())
+    return frozenset(names)
+
+
 async def send_error(send: Send, error: ApiError) -> None:
     """Send ``error`` as a complete ASGI HTTP response with the OpenAI-style error body."""
     body = error.to_bytes()

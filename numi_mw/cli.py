@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from numi_mw.catalog_files import default_catalog, read_catalog
 from numi_mw.core.catalog import CatalogError
@@ -16,6 +16,19 @@ from numi_mw.core.providers import PROVIDERS, ProviderRules, get_provider
 from numi_mw.core.reasoning_text import ThinkTags
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request, prepare_routed_request
 from numi_mw.core.response import Mode, ResponseOptions, ResponseRewriter, think_tags_for
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+        return value
+
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,8 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")
-    serve.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="request body limit in bytes")
-    serve.add_argument("--timeout", type=float, default=600.0, help="upstream read timeout in seconds")
+    serve.add_argument(
+        "--max-body-bytes", type=_positive(int), default=DEFAULT_MAX_BODY_BYTES, help="request body limit in bytes"
+    )
+    serve.add_argument("--timeout", type=_positive(float), default=600.0, help="upstream read timeout in seconds")
     serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
     _think_arguments(serve)
 
@@ -87,8 +102,12 @@ def _think(args: argparse.Namespace, rules: ProviderRules) -> ThinkTags | None:
 
 def _response(args: argparse.Namespace) -> int:
     rules = get_provider(args.provider)
-    with open(args.request, "rb") as file:
-        request_body = file.read()
+    try:
+        with open(args.request, "rb") as file:
+            request_body = file.read()
+    except OSError as exc:
+        sys.stderr.write(f"numi-mw response: cannot read --request {args.request}: {exc.strerror}\n")
+        return 2
     try:
         prepared = prepare_request(request_body, rules)
     except ApiError as error:
@@ -148,6 +167,9 @@ def _serve(args: argparse.Namespace) -> int:
     from numi_mw.proxy import create_app
 
     catalog = None
+    if args.upstream is None and args.provider is not None:
+        sys.stderr.write("numi-mw serve: --provider goes with --upstream; a catalog names each provider\n")
+        return 2
     if args.upstream is None:
         try:
             catalog = read_catalog(args.catalog) if args.catalog else default_catalog()
@@ -163,11 +185,15 @@ def _serve(args: argparse.Namespace) -> int:
         think_tags=args.think_tags,
         think_start=args.think_start,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    # The upstream's own date and server headers pass through; uvicorn adds none of its own.
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, server_header=False, date_header=False)
     return 0
 
 
 def _request(args: argparse.Namespace) -> int:
+    if args.session_id and not args.catalog:
+        sys.stderr.write("numi-mw request: --session-id needs --catalog\n")
+        return 2
     body = sys.stdin.buffer.read()
     if args.catalog:
         return _routed_request(args, body)

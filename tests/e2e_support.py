@@ -79,6 +79,10 @@ class ReplayUpstream:
         if delay:
             await anyio.sleep(delay)
         status = int(request.headers.get("x-replay-status", "200"))
+        if request.headers.get("x-replay-broken-gzip"):
+            headers = {"content-encoding": "gzip"}
+            media = request.headers["x-replay-broken-gzip"]
+            return Response(b"this is not gzip", status_code=status, media_type=media, headers=headers)
         name = request.headers.get("x-replay-fixture")
         if name is None:
             return JSONResponse({"error": {"message": "replay: no fixture named"}}, status_code=status)
@@ -97,6 +101,14 @@ class ReplayUpstream:
         finally:
             self.closed_streams.append(name)
 
+    async def other(self, request: Request) -> Response:
+        self.received.append(
+            Received(
+                request.method, request.scope["raw_path"].decode("latin-1"), dict(request.headers), await request.body()
+            )
+        )
+        return JSONResponse({"path": request.scope["raw_path"].decode("latin-1")})
+
     async def models(self, request: Request) -> Response:
         self.received.append(Received(request.method, request.url.path, dict(request.headers), b""))
         return JSONResponse(MODELS)
@@ -106,6 +118,7 @@ class ReplayUpstream:
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
+                Route("/{path:path}", self.other, methods=["GET", "POST"]),
             ]
         )
 

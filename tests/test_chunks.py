@@ -295,3 +295,36 @@ def test_any_chunking_gives_the_same_bytes(cuts: list[int]) -> None:
     assert rewrite(THINK_STREAM, think=ThinkTags(), cuts=tuple(sorted(cuts))) == whole
     view = client_view(sse_chunks(whole))
     assert (view.reasoning, view.content) == ("\nSpell it out: s, t, r, a, w, b, e, r, r, y.\n", "\n\nThree r's.")
+
+
+def test_buffered_tagged_reasoning_follows_the_providers_own() -> None:
+    from tests.response_support import rewrite_json
+
+    body = b'{"choices":[{"index":0,"message":{"content":"<think>a</think>b","reasoning_content":"pre"}}]}'
+    assert json.loads(rewrite_json(body, think=ThinkTags())) == {
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "content": "b",
+                    "reasoning": "prea",
+                    "reasoning_details": [{"type": "reasoning.text", "text": "prea", "format": "unknown"}],
+                },
+            }
+        ]
+    }
+    signed = b'{"choices":[{"index":0,"message":{"content":"<think>a</think>b","reasoning":"pre","reasoning_details":[{"type":"reasoning.text","text":"pre","signature":"S"}]}}]}'
+    assert json.loads(rewrite_json(signed, think=ThinkTags()))["choices"][0]["message"] == {
+        "content": "b",
+        "reasoning": "prea",
+        "reasoning_details": [
+            {"type": "reasoning.text", "text": "pre", "signature": "S"},
+            {"type": "reasoning.text", "text": "a", "format": "unknown"},
+        ],
+    }
+
+
+def test_undecodable_or_deeply_nested_events_pass_through() -> None:
+    deep = b"data: " + b'{"reasoning":' + b"[" * 5000 + b"]" * 5000 + b"}\n\n"
+    broken = b'data: {"reasoning": \n\n'
+    assert rewrite(deep + broken) == deep + broken

@@ -8,6 +8,7 @@ unbuffered.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import openai
 import pytest
 
 from numi_mw.core.details import rebuild_reasoning_details
+from numi_mw.proxy import create_app
 from tests.e2e_support import MODELS, ReplayUpstream, fixture_body, free_port, sidecar, split_events
 from tests.response_support import client_view, rewrite, rewrite_json, sse_chunks
 
@@ -341,3 +343,97 @@ def test_client_going_away_closes_the_upstream_stream(
     while fixture not in upstream.closed_streams and time.monotonic() < deadline:
         time.sleep(0.05)
     assert fixture in upstream.closed_streams
+
+
+def raw_get(base_url: str, raw_path: str) -> tuple[int, bytes]:
+    """GET ``raw_path`` exactly as written (clients normalize dot segments away); returns status and body."""
+    url = httpx.URL(base_url)
+    with socket.create_connection((url.host, url.port or 80), timeout=10) as sock:
+        sock.sendall(f"GET {raw_path} HTTP/1.1\r\nHost: {url.host}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def test_paths_are_forwarded_as_sent_and_may_not_climb_out(upstream: ReplayUpstream, openrouter_sidecar: str) -> None:
+    with httpx.Client(timeout=10) as http:
+        response = http.get(f"{openrouter_sidecar}/caf%C3%A9/%ff/a%2Fb")
+    assert response.status_code == 200
+    assert upstream.received[-1].path == "/v1/caf%C3%A9/%ff/a%2Fb"
+    before = len(upstream.received)
+    for path in ("/v1/../../etc", "/v1/%2e%2e/x", "/v1/./models", "/v1/a/%2E%2E/%2E%2E/b"):
+        status, body = raw_get(openrouter_sidecar, path)
+        assert status == 400, path
+        assert json.loads(body)["error"]["code"] == "invalid_request"
+    assert len(upstream.received) == before
+
+
+async def test_a_chunked_body_over_the_limit_is_refused_while_it_streams() -> None:
+    """The sidecar stops reading a body (no content-length) as soon as it passes the limit."""
+    app = create_app(
+        "http://127.0.0.1:9/v1",
+        max_body_bytes=100_000,
+        transport=httpx.MockTransport(lambda request: httpx.Response(200, json={})),
+    )
+    received = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal received
+        received += 1
+        return {"type": "http.request", "body": b"x" * 65536, "more_body": received < 1000}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+        "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
+    }  # fmt: skip
+    async with app.router.lifespan_context(app):
+        await app(scope, receive, send)  # type: ignore[arg-type]
+    assert received == 2
+    assert sent[0]["status"] == 413
+    assert json.loads(sent[1]["body"])["error"]["code"] == "payload_too_large"
+
+
+@pytest.mark.parametrize("media", ["application/json", "text/event-stream"])
+def test_an_undecodable_upstream_body_is_a_clean_error(
+    upstream: ReplayUpstream, openrouter_sidecar: str, media: str
+) -> None:
+    with httpx.Client(timeout=10) as http:
+        response = http.post(
+            f"{openrouter_sidecar}/chat/completions", json={"model": "m"}, headers={"x-replay-broken-gzip": media}
+        )
+        if media == "application/json":
+            assert response.status_code == 502
+            assert response.json()["error"]["code"] == "upstream_unavailable"
+        else:
+            assert response.status_code == 200
+            assert response.content == b""
+        follow_up = http.get(f"{openrouter_sidecar}/models")
+        assert follow_up.status_code == 200
+
+
+def test_deeply_nested_json_is_a_400(upstream: ReplayUpstream, openrouter_sidecar: str) -> None:
+    body = b'{"model":"m","reasoning_effort":"high","x":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    with httpx.Client(timeout=10) as http:
+        response = http.post(f"{openrouter_sidecar}/chat/completions", content=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_json"
+
+
+def test_headers_named_by_connection_are_hop_by_hop_and_no_duplicate_date(
+    upstream: ReplayUpstream, openrouter_sidecar: str
+) -> None:
+    with httpx.Client(timeout=10) as http:
+        response = http.get(
+            f"{openrouter_sidecar}/models", headers={"connection": "keep-alive, x-secret", "x-secret": "s"}
+        )
+    assert "x-secret" not in upstream.received[-1].headers
+    assert len(response.headers.get_list("date")) == 1
+    assert len(response.headers.get_list("server")) == 1

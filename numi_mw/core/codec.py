@@ -22,6 +22,23 @@ def _not_json(exc: msgspec.DecodeError) -> ApiError:
     return ApiError(400, "invalid_json", f"The request body is not valid JSON ({exc}); send a JSON object.", None)
 
 
+def _too_deep() -> ApiError:
+    return ApiError(400, "invalid_json", "The request body is nested too deeply to decode; flatten it.", None)
+
+
+def decode_lenient(data: bytes) -> Any:
+    """Decode JSON ``data`` to builtins, or ``UNDECODABLE`` when it is not JSON or nested too deeply (the
+    response side then passes the original bytes through)."""
+    try:
+        return decoder.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return UNDECODABLE
+
+
+UNDECODABLE: Any = object()
+"""What ``decode_lenient`` returns for bytes that are not decodable JSON."""
+
+
 def _not_object() -> ApiError:
     return ApiError(400, "invalid_request", "The request body must be a JSON object.", None)
 
@@ -39,6 +56,8 @@ def check_object(body: bytes) -> None:
         raise _not_object() from None
     except msgspec.DecodeError as exc:
         raise _not_json(exc) from None
+    except RecursionError:
+        raise _too_deep() from None
 
 
 def decode_object(body: bytes) -> dict[str, Any]:
@@ -52,6 +71,8 @@ def decode_object(body: bytes) -> dict[str, Any]:
         data = decoder.decode(body)
     except msgspec.DecodeError as exc:
         raise _not_json(exc) from None
+    except RecursionError:
+        raise _too_deep() from None
     if not isinstance(data, dict):
         raise _not_object()
     return data

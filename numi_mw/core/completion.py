@@ -57,17 +57,20 @@ def _normalize_message(message: dict[str, Any], exclude: bool, think: ThinkTags 
     reasoning = message.get("reasoning")
     details = message.get("reasoning_details")
     plain_content = message.get("reasoning_content")
-    plain = next(
-        (t for t in (reasoning, plain_content, tagged) if isinstance(t, str) and t),
-        None,
-    )
+    plain = next((t for t in (reasoning, plain_content) if isinstance(t, str) and t), None)
     fields: dict[str, Any] = {}
     if isinstance(details, list) and details:
-        fields["reasoning"] = reasoning if isinstance(reasoning, str) and reasoning else visible_text(details) or plain
+        shown = reasoning if isinstance(reasoning, str) and reasoning else visible_text(details) or plain
+        if tagged:
+            # Reasoning tags in content come after the provider's own reasoning, as in a stream.
+            shown = (shown or "") + tagged
+            details = [*details, {"type": "reasoning.text", "text": tagged, "format": "unknown"}]
+        fields["reasoning"] = shown
         fields["reasoning_details"] = details
-    elif plain is not None:
-        fields["reasoning"] = plain
-        fields["reasoning_details"] = [{"type": "reasoning.text", "text": plain, "format": "unknown"}]
+    elif plain is not None or tagged:
+        text = (plain or "") + tagged
+        fields["reasoning"] = text
+        fields["reasoning_details"] = [{"type": "reasoning.text", "text": text, "format": "unknown"}]
     else:
         if "reasoning_content" in message:
             del message["reasoning_content"]

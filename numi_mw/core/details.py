@@ -236,7 +236,7 @@ def fragments_from_body(body: bytes) -> list[Any]:
     if stripped.startswith(b"["):
         try:
             value = decoder.decode(body)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise ValueError(f"not a JSON list of fragments: {exc}") from None
         if not isinstance(value, list):
             raise ValueError("not a JSON list of fragments")
@@ -250,7 +250,7 @@ def fragments_from_body(body: bytes) -> list[Any]:
             continue
         try:
             chunk = decoder.decode(event.data)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise ValueError(f"an SSE event is not JSON: {exc}") from None
         seen = True
         choices = chunk.get("choices") if isinstance(chunk, dict) else None

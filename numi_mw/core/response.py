@@ -15,8 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import msgspec
-
 from numi_mw.core import codec
 from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
 from numi_mw.core.completion import normalize_completion
@@ -138,9 +136,8 @@ class ResponseRewriter:
         options = self.options
         if options.think is None and b"reasoning" not in data:
             return event.raw
-        try:
-            value = codec.decoder.decode(data)
-        except msgspec.DecodeError:
+        value = codec.decode_lenient(data)
+        if value is codec.UNDECODABLE:
             return event.raw
         chunks = self._normalizer.chunk(value)
         if chunks is UNCHANGED:
@@ -153,9 +150,8 @@ class ResponseRewriter:
         """The client's bytes for a whole buffered (``json`` mode) response ``body``."""
         if not self.options.exclude and self.options.think is None and b"reasoning" not in body:
             return body
-        try:
-            value = codec.decoder.decode(body)
-        except msgspec.DecodeError:
+        value = codec.decode_lenient(body)
+        if value is codec.UNDECODABLE:
             return body
         if not normalize_completion(value, exclude=self.options.exclude, think=self.options.think):
             return body

@@ -15,6 +15,7 @@ import os
 from collections.abc import AsyncIterator
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import httpx
 from starlette.applications import Starlette
@@ -23,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from numi_mw.asgi import HOP_BY_HOP, without_headers
+from numi_mw.asgi import HOP_BY_HOP, connection_tokens, without_headers
 from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_listing
 from numi_mw.core.codec import encode
 from numi_mw.core.errors import ApiError
@@ -47,6 +48,8 @@ DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
 _DROP_REWRITTEN = HOP_BY_HOP | {b"content-length", b"content-encoding"}
+_DECODABLE = frozenset(("identity", "gzip", "deflate", "x-gzip", ""))
+"""Content encodings httpx decodes without optional packages; a response in another one is not rewritten."""
 
 
 def _error_response(error: ApiError) -> Response:
@@ -103,12 +106,21 @@ class _Sidecar:
                 self.client = None
 
     @staticmethod
-    def target(base_url: str, path: str, query: bytes) -> httpx.URL:
-        """The upstream URL for a sidecar ``path``: a leading ``/v1`` stands for the base URL's path."""
-        if path == "/v1" or path.startswith("/v1/"):
-            path = path[3:]
+    def target(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
+        """The upstream URL for a sidecar request path, as sent (still percent-encoded): a leading ``/v1`` stands
+        for the base URL's path, and the rest is appended to it byte for byte.
+
+        Raises:
+            ApiError: 400 ``invalid_request`` for a path with a dot segment (``.``, ``..`` or their
+                percent-encoded forms), which could climb out of the base URL's path.
+        """
+        segments = raw_path.split(b"/")
+        if any(unquote_to_bytes(segment) in (b".", b"..") for segment in segments):
+            raise ApiError(400, "invalid_request", "The request path may not contain '.' or '..' segments.", None)
+        if raw_path == b"/v1" or raw_path.startswith(b"/v1/"):
+            raw_path = raw_path[3:]
         base = httpx.URL(base_url.rstrip("/"))
-        url = base.copy_with(raw_path=base.raw_path.rstrip(b"/") + path.encode())
+        url = base.copy_with(raw_path=base.raw_path.rstrip(b"/") + raw_path)
         return url.copy_with(query=query) if query else url
 
     def _listing(self, method: str, path: str) -> Response | None:
@@ -133,7 +145,14 @@ class _Sidecar:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             raise _too_large(self.max_body_bytes)
-        body = await request.body()
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise _too_large(self.max_body_bytes)
+            chunks.append(chunk)
+        body = b"".join(chunks)
         if self.catalog is not None:
             prepared, decision = prepare_routed_request(
                 body, self.catalog, headers=dict(request.headers), max_body_bytes=self.max_body_bytes
@@ -164,30 +183,35 @@ class _Sidecar:
             options = ResponseOptions(exclude=prepared.controls.exclude, think=think)
         else:
             content = request.stream()
-        headers = without_headers(request.headers.raw, _DROP_REQUEST)
+        headers = without_headers(request.headers.raw, _DROP_REQUEST | connection_tokens(request.headers.raw))
         headers.append((b"accept-encoding", b"identity"))
         key = self.keys.get(provider.name)
         if key is not None:
             headers = [(k, v) for k, v in headers if k != b"authorization"]
             headers.append((b"authorization", b"Bearer " + key.encode("latin-1")))
-        upstream_request = client.build_request(
-            method,
-            self.target(provider.base_url, request.url.path, request.scope.get("query_string", b"")),
-            headers=headers,
-            content=content,
-        )
+        try:
+            url = self.target(
+                provider.base_url,
+                request.scope.get("raw_path") or request.url.path.encode(),
+                request.scope.get("query_string", b""),
+            )
+        except ApiError as error:
+            return _error_response(error)
+        upstream_request = client.build_request(method, url, headers=headers, content=content)
         try:
             upstream = await client.send(upstream_request, stream=True)
         except httpx.TimeoutException:
             return _error_response(
                 ApiError(504, "upstream_timeout", "The upstream did not answer in time; try again later.")
             )
-        except httpx.TransportError as exc:
+        except httpx.RequestError as exc:
             log.warning("upstream unreachable: %s", exc)
             return _error_response(
                 ApiError(502, "upstream_unavailable", "The upstream could not be reached; try again later.")
             )
         mode = response_mode(upstream.status_code, upstream.headers.get("content-type"))
+        if upstream.headers.get("content-encoding", "identity").lower() not in _DECODABLE:
+            mode = "pass"  # an encoding httpx cannot decode here: forward it untouched rather than corrupt it
         if options is None or mode == "pass":
             response = StreamingResponse(
                 _relay(upstream), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
@@ -199,10 +223,14 @@ class _Sidecar:
         if mode == "json":
             try:
                 body = await upstream.aread()
-            except httpx.TransportError as exc:
-                log.warning("upstream body ended early: %s", exc)
+            except httpx.TimeoutException:
                 return _error_response(
-                    ApiError(502, "upstream_unavailable", "The upstream response ended early; try again later.")
+                    ApiError(504, "upstream_timeout", "The upstream did not finish its answer in time; try again.")
+                )
+            except httpx.RequestError as exc:
+                log.warning("upstream body unusable: %s", exc)
+                return _error_response(
+                    ApiError(502, "upstream_unavailable", "The upstream response ended early or could not be decoded.")
                 )
             finally:
                 await upstream.aclose()
@@ -225,7 +253,7 @@ async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:
     try:
         async for chunk in upstream.aiter_raw():
             yield chunk
-    except httpx.TransportError as exc:
+    except httpx.RequestError as exc:
         log.warning("upstream stream ended early: %s", exc)
     finally:
         await upstream.aclose()
@@ -241,7 +269,7 @@ async def _relay_rewritten(upstream: httpx.Response, rewriter: ResponseRewriter)
         tail = rewriter.finish()
         if tail:
             yield tail
-    except httpx.TransportError as exc:
+    except httpx.RequestError as exc:
         log.warning("upstream stream ended early: %s", exc)
     finally:
         await upstream.aclose()
