@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from numi_mw.catalog_files import default_catalog, read_catalog
-from numi_mw.core.catalog import CatalogError
+from numi_mw.core.catalog import CatalogError, unknown_keys
 from numi_mw.core.codec import decoder, encode
 from numi_mw.core.details import fragments_from_body, rebuild_reasoning_details
 from numi_mw.core.errors import ApiError
@@ -155,6 +155,9 @@ def _catalog(args: argparse.Namespace) -> int:
     except CatalogError as error:
         sys.stderr.write(f"{error}\n")
         return 1
+    with open(args.file, "rb") as file:
+        for warning in unknown_keys(file.read(), args.file):
+            sys.stderr.write(f"{args.file}: warning: {warning} (ignored)\n")
     endpoints = sum(len(model.endpoints) for model in catalog.models)
     print(f"{args.file}: ok: {len(catalog.providers)} providers, {len(catalog.models)} models, {endpoints} endpoints")
     return 0

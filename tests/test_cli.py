@@ -150,3 +150,17 @@ def test_catalog_check(tmp_path: Path) -> None:
         result.stderr.decode()
         == f'{bad}: providers[0] (name "x"): base_url: "ftp://x" must start with http:// or https://\n'
     )
+
+
+def test_catalog_check_warns_about_unknown_keys(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.toml"
+    typo.write_text(
+        '[[providers]]\nname = "x"\nbase_url = "http://a"\napi_key = "sk"\n[[models]]\nid = "m"\n[[models.endpoints]]\ntag = "t"\nprovider = "x"\nsuported_parameters = ["a"]\nreasoning = {mandatry = true}\n'
+    )
+    result = run(["catalog", "check", str(typo)], b"")
+    assert result.returncode == 0
+    assert result.stderr.decode().splitlines() == [
+        f'{typo}: warning: providers[0]: unknown key "api_key"; keep keys out of the catalog: name an environment variable with api_key_env (ignored)',
+        f'{typo}: warning: models[0].endpoints[0]: unknown key "suported_parameters" (ignored)',
+        f'{typo}: warning: models[0].endpoints[0].reasoning: unknown key "mandatry" (ignored)',
+    ]

@@ -394,3 +394,47 @@ def endpoints_listing(model: Model) -> dict[str, Any]:
                 row["pricing"] = prices
         endpoints.append(row)
     return {"data": {"id": model.id, "endpoints": endpoints}}
+
+
+def _field_names(struct: type[msgspec.Struct]) -> frozenset[str]:
+    return frozenset(field.encode_name for field in msgspec.structs.fields(struct))
+
+
+def unknown_keys(text: str | bytes, source: str) -> list[str]:
+    """Keys of a catalog file that no catalog field reads (often typos such as ``suported_parameters``).
+
+    They are allowed (more keys may be added) and ignored; ``numi-mw catalog check`` reports them as warnings.
+
+    Returns:
+        One line per unknown key, e.g. ``models[0].endpoints[1]: unknown key "suported_parameters"``.
+
+    Raises:
+        CatalogError: the file is not valid TOML.
+    """
+    data = _parse_toml(text, source)
+    found: list[str] = []
+
+    def check(value: Any, struct: type[msgspec.Struct], path: str) -> None:
+        if not isinstance(value, dict):
+            return
+        for key in value:
+            if key not in _field_names(struct):
+                hint = (
+                    "; keep keys out of the catalog: name an environment variable with api_key_env"
+                    if key == "api_key"
+                    else ""
+                )
+                found.append(f'{path or "(top level)"}: unknown key "{key}"{hint}')
+
+    check(data, Catalog, "")
+    for i, provider in enumerate(data.get("providers") or []):
+        check(provider, Provider, f"providers[{i}]")
+    for i, model in enumerate(data.get("models") or []):
+        check(model, Model, f"models[{i}]")
+        for j, endpoint in enumerate(model.get("endpoints") or [] if isinstance(model, dict) else []):
+            path = f"models[{i}].endpoints[{j}]"
+            check(endpoint, Endpoint, path)
+            if isinstance(endpoint, dict):
+                check(endpoint.get("reasoning"), ReasoningCapabilities, f"{path}.reasoning")
+                check(endpoint.get("pricing"), Pricing, f"{path}.pricing")
+    return found
