@@ -296,3 +296,52 @@ reasoning = {{ supported_efforts = {json.dumps(endpoint["reasoning"]["supported_
     prepared, decision = prepare_routed_request(json.dumps(case["input"]["request"]).encode(), variant)
     assert json.loads(prepared.body)["reasoning"] == {"effort": "xhigh"}
     assert decision.endpoint == endpoint["tag"]
+
+
+@pytest.mark.parametrize("preserve", ["true", "false"])
+def test_pb09_encrypted_detail_kept_on_the_tool_turn_through_the_filter(shared_dir: Path, preserve: str) -> None:
+    case = load_case(shared_dir, "PB-09")
+    request = case["input"]["request"]
+    catalog = load_catalog(
+        f"""
+[[providers]]
+name = "openrouter"
+base_url = "https://openrouter.ai/api/v1"
+
+[[models]]
+id = "{request["model"]}"
+preserve_reasoning = {preserve}
+
+[[models.endpoints]]
+tag = "google"
+provider = "openrouter"
+""",
+        "pb09.toml",
+    )
+    prepared, _ = prepare_routed_request(json.dumps(request).encode(), catalog)
+    out = json.loads(prepared.body)
+    assert out["messages"][1] == case["expected"]["upstream_request.messages[1]"]
+
+
+def test_pb10_reasoning_content_needs_preservation_on_other_routes(shared_dir: Path) -> None:
+    case = load_case(shared_dir, "PB-10")
+    request = case["input"]["request"]
+    toml = """
+[[providers]]
+name = "moonshot"
+base_url = "https://api.moonshot.ai/v1"
+
+[[models]]
+id = "moonshot/model-c"
+preserve_reasoning = {preserve}
+
+[[models.endpoints]]
+tag = "moonshot"
+provider = "moonshot"
+"""
+    kept, _ = prepare_routed_request(json.dumps(request).encode(), load_catalog(toml.format(preserve="true"), "c.toml"))
+    assert json.loads(kept.body)["messages"][1] == case["expected"]["upstream_request.messages[1]"]
+    dropped, _ = prepare_routed_request(
+        json.dumps(request).encode(), load_catalog(toml.format(preserve="false"), "c.toml")
+    )
+    assert "reasoning_content" not in json.loads(dropped.body)["messages"][1]
