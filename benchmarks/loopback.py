@@ -51,7 +51,8 @@ def numi_mw_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "numi_mw.cli"]
 
 
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], name: str, seconds: float) -> None:
+def wait_for_port(port: int, process: subprocess.Popen[bytes], name: str = "numi-mw", seconds: float = 20.0) -> None:
+    """Wait until ``process`` listens on 127.0.0.1:``port``, at most ``seconds``; raise if it exits or times out."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -62,7 +63,8 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], name: str, secon
     raise RuntimeError(f"{name} did not listen on 127.0.0.1:{port} within {seconds} s")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Terminate ``process`` (if still running), killing it after 10 s."""
     if process.poll() is not None:
         return
     process.terminate()
@@ -81,13 +83,13 @@ def server(name: str, command: Sequence[str], port: int, *, start_seconds: float
         process = subprocess.Popen(list(command), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             try:
-                _wait_for_port(port, process, name, start_seconds)
+                wait_for_port(port, process, name, start_seconds)
             except RuntimeError:
                 log.seek(0)
                 raise RuntimeError(f"{name} failed to start: {log.read().decode(errors='replace')[-2000:]}") from None
             yield f"http://127.0.0.1:{port}/v1"
         finally:
-            _stop(process)
+            stop_process(process)
 
 
 @dataclass(frozen=True, slots=True)

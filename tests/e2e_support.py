@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 import uvicorn
@@ -27,17 +23,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from benchmarks.loopback import free_port, numi_mw_command, stop_process, wait_for_port
 from benchmarks.payloads import split_events
 from tests.conftest import SHARED
 
 MODELS = {"object": "list", "data": [{"id": "replay/model", "object": "model", "owned_by": "replay"}]}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def fixture_body(name: str) -> tuple[bytes, str]:
@@ -140,26 +130,6 @@ class ReplayUpstream:
             thread.join(timeout=10)
 
 
-def numi_mw_command() -> list[str]:
-    """The installed ``numi-mw`` console script (beside this interpreter), else ``python -m numi_mw.cli``."""
-    script = Path(sys.executable).parent / "numi-mw"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("numi-mw")
-    return [found] if found else [sys.executable, "-m", "numi_mw.cli"]
-
-
-def wait_for_port(port: int, process: subprocess.Popen[bytes], seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"numi-mw exited early with status {process.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"numi-mw did not listen on 127.0.0.1:{port} within {seconds} s")
-
-
 @contextlib.contextmanager
 def sidecar(upstream: str | None, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
     """Run ``numi-mw serve [--upstream UPSTREAM] ARGS`` on a free loopback port; yields its ``/v1`` base URL."""
@@ -174,13 +144,3 @@ def sidecar(upstream: str | None, *args: str, env: dict[str, str] | None = None)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         stop_process(process)
-
-
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    """Terminate ``process``, killing it after 10 s."""
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
