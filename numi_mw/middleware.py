@@ -12,7 +12,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from numi_mw.asgi import send_error
-from numi_mw.core.errors import ApiError
+from numi_mw.core.errors import ApiError, payload_too_large
 from numi_mw.core.providers import ProviderRules, get_provider
 from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
@@ -91,7 +91,7 @@ class _RequestResponder:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.mw.max_body_bytes:
-                await send_error(self.send, _too_large(self.mw.max_body_bytes))
+                await send_error(self.send, payload_too_large(self.mw.max_body_bytes))
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -155,9 +155,3 @@ class _RequestResponder:
             return await self.receive()
         self.replayed = True
         return {"type": "http.request", "body": self.body, "more_body": False}
-
-
-def _too_large(limit: int) -> ApiError:
-    return ApiError(
-        413, "payload_too_large", f"The request body is over the limit of {limit} bytes; send less history."
-    )

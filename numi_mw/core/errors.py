@@ -46,3 +46,11 @@ class ApiError(Exception):
 def invalid_request(message: str, param: str | None) -> ApiError:
     """A 400 ``invalid_request`` error on ``param``."""
     return ApiError(400, "invalid_request", message, param)
+
+
+def payload_too_large(limit: int, size: int | None = None) -> ApiError:
+    """A 413 ``payload_too_large`` error for a body over ``limit`` bytes (``size`` bytes, when known)."""
+    measured = f"is {size} bytes, " if size is not None else "is "
+    return ApiError(
+        413, "payload_too_large", f"The request body {measured}over the limit of {limit} bytes; send less history."
+    )

@@ -13,7 +13,7 @@ from numi_mw.core import codec
 from numi_mw.core.catalog import Catalog, Provider
 from numi_mw.core.controls import NO_CONTROLS, ReasoningControls, encode_controls, fold_controls
 from numi_mw.core.details import MAX_SIGNATURE_BYTES, check_detail_limits
-from numi_mw.core.errors import ApiError
+from numi_mw.core.errors import ApiError, payload_too_large
 from numi_mw.core.history import Route, normalize_messages, prepare_messages
 from numi_mw.core.providers import PROVIDERS, ProviderRules
 from numi_mw.core.routing import apply_reasoning_mode, choose_endpoint, eligible_endpoints, session_id
@@ -78,7 +78,7 @@ def prepare_request(
             data 8 MiB).
     """
     if len(body) > max_body_bytes:
-        raise _too_large(len(body), max_body_bytes)
+        raise payload_too_large(max_body_bytes, len(body))
     if len(body) <= PREFILTER_MAX_BYTES and not needs_decoding(body):
         codec.check_object(body)
         return PreparedRequest(body, False, NO_CONTROLS)
@@ -105,14 +105,6 @@ def normalize_body(data: dict[str, Any], rules: ProviderRules, body_size: int) -
         if body_size > MIN_DETAIL_LIMIT:
             check_detail_limits(data["messages"])
     return controls, changed
-
-
-def _too_large(size: int, limit: int) -> ApiError:
-    return ApiError(
-        413,
-        "payload_too_large",
-        f"The request body is {size} bytes, over the limit of {limit} bytes; send less history.",
-    )
 
 
 def is_chat_completions(method: str, path: str) -> bool:
@@ -195,7 +187,7 @@ def prepare_routed_request(
             ``model`` when the chosen provider's wire API is not ``openai-chat`` (no adapter yet).
     """
     if len(body) > max_body_bytes:
-        raise _too_large(len(body), max_body_bytes)
+        raise payload_too_large(max_body_bytes, len(body))
     data = codec.decode_object(body)
     model_id = data.get("model")
     if not isinstance(model_id, str):

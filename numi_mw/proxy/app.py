@@ -27,7 +27,7 @@ from starlette.routing import Route
 from numi_mw.asgi import HOP_BY_HOP, connection_tokens, without_headers
 from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_listing
 from numi_mw.core.codec import encode
-from numi_mw.core.errors import ApiError
+from numi_mw.core.errors import ApiError, payload_too_large
 from numi_mw.core.providers import ProviderRules, get_provider, infer_provider
 from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
 from numi_mw.core.request import (
@@ -54,6 +54,11 @@ _DECODABLE = frozenset(("identity", "gzip", "deflate", "x-gzip", ""))
 
 def _error_response(error: ApiError) -> Response:
     return Response(error.to_bytes(), status_code=error.status, media_type="application/json")
+
+
+def _upstream_error(status: int, message: str) -> Response:
+    """502 ``upstream_unavailable`` or 504 ``upstream_timeout`` (DESIGN.md error table)."""
+    return _error_response(ApiError(status, "upstream_timeout" if status == 504 else "upstream_unavailable", message))
 
 
 def _no_cookies() -> CookieJar:
@@ -144,13 +149,13 @@ class _Sidecar:
         """Read and prepare a chat completions body; returns it with its provider and rules."""
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            raise _too_large(self.max_body_bytes)
+            raise payload_too_large(self.max_body_bytes)
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > self.max_body_bytes:
-                raise _too_large(self.max_body_bytes)
+                raise payload_too_large(self.max_body_bytes)
             chunks.append(chunk)
         body = b"".join(chunks)
         if self.catalog is not None:
@@ -201,14 +206,10 @@ class _Sidecar:
         try:
             upstream = await client.send(upstream_request, stream=True)
         except httpx.TimeoutException:
-            return _error_response(
-                ApiError(504, "upstream_timeout", "The upstream did not answer in time; try again later.")
-            )
+            return _upstream_error(504, "The upstream did not answer in time; try again later.")
         except httpx.RequestError as exc:
             log.warning("upstream unreachable: %s", exc)
-            return _error_response(
-                ApiError(502, "upstream_unavailable", "The upstream could not be reached; try again later.")
-            )
+            return _upstream_error(502, "The upstream could not be reached; try again later.")
         mode = response_mode(upstream.status_code, upstream.headers.get("content-type"))
         if upstream.headers.get("content-encoding", "identity").lower() not in _DECODABLE:
             mode = "pass"  # an encoding httpx cannot decode here: forward it untouched rather than corrupt it
@@ -224,14 +225,10 @@ class _Sidecar:
             try:
                 body = await upstream.aread()
             except httpx.TimeoutException:
-                return _error_response(
-                    ApiError(504, "upstream_timeout", "The upstream did not finish its answer in time; try again.")
-                )
+                return _upstream_error(504, "The upstream did not finish its answer in time; try again.")
             except httpx.RequestError as exc:
                 log.warning("upstream body unusable: %s", exc)
-                return _error_response(
-                    ApiError(502, "upstream_unavailable", "The upstream response ended early or could not be decoded.")
-                )
+                return _upstream_error(502, "The upstream response ended early or could not be decoded.")
             finally:
                 await upstream.aclose()
             body = rewriter.feed(body) + rewriter.finish()
@@ -273,12 +270,6 @@ async def _relay_rewritten(upstream: httpx.Response, rewriter: ResponseRewriter)
         log.warning("upstream stream ended early: %s", exc)
     finally:
         await upstream.aclose()
-
-
-def _too_large(limit: int) -> ApiError:
-    return ApiError(
-        413, "payload_too_large", f"The request body is over the limit of {limit} bytes; send less history."
-    )
 
 
 def _json_response(data: Any) -> Response:
