@@ -226,9 +226,17 @@ def _baseline_stream(events: list[bytes]) -> Callable[[], bytes]:
 
 
 def _split_stream(events: list[bytes]) -> Callable[[], bytes]:
+    """The bare split with the decoder's own fast path: a chunk that is one whole ``data:`` event is taken as
+    it is (``single_data``), anything else goes through ``feed``; every event's bytes come back."""
+
     def run() -> bytes:
         decoder = SSEDecoder()
-        out = [b"".join([e.raw for e in decoder.feed(event)]) for event in events]
+        out = []
+        for event in events:
+            if decoder.single_data(event) is not None:
+                out.append(event)
+            else:
+                out.append(b"".join([e.raw for e in decoder.feed(event)]))
         out.append(b"".join([e.raw for e in decoder.flush()]))
         return b"".join(out)
 

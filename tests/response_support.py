@@ -9,6 +9,7 @@ from typing import Any
 
 from openai.lib.streaming._deltas import accumulate_delta
 
+from benchmarks.payloads import split_events
 from numi_mw.core.reasoning_text import ThinkTags
 from numi_mw.core.response import ResponseOptions, ResponseRewriter
 from numi_mw.core.sse import SSEDecoder
@@ -19,6 +20,14 @@ def rewrite(body: bytes, *, exclude: bool = False, think: ThinkTags | None = Non
     rewriter = ResponseRewriter(ResponseOptions(exclude=exclude, think=think), "sse")
     bounds = [0, *cuts, len(body)]
     out = [rewriter.feed(body[a:b]) for a, b in itertools.pairwise(bounds)]
+    return b"".join(out) + rewriter.finish()
+
+
+def rewrite_by_event(body: bytes, *, exclude: bool = False, think: ThinkTags | None = None) -> bytes:
+    """The client's bytes for ``body`` fed one event per chunk, as most upstreams send it (so the decoder's
+    one-event fast path, ``SSEDecoder.single_data``, carries most events)."""
+    rewriter = ResponseRewriter(ResponseOptions(exclude=exclude, think=think), "sse")
+    out = [rewriter.feed(event) for event in split_events(body)]
     return b"".join(out) + rewriter.finish()
 
 

@@ -8,11 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from numi_mw.core.details import (
     MAX_DATA_BYTES,
     MAX_SIGNATURE_BYTES,
     MAX_TEXT_BYTES,
+    DetailsRebuilder,
     check_detail_limits,
     rebuild_reasoning_details,
     utf8_size_exceeds,
@@ -193,6 +196,42 @@ def test_rebuild_does_not_share_nested_mutation_targets() -> None:
 
 
 # --- handed cases and recorded streams -----------------------------------------------------------------------
+
+
+_FRAGMENTS = st.lists(
+    st.fixed_dictionaries(
+        {"type": st.sampled_from([TEXT, "reasoning.summary", "reasoning.encrypted"])},
+        optional={
+            "text": st.sampled_from(["", "a", "b"]),
+            "signature": st.sampled_from(["", "sig"]),
+            "format": st.just(CLAUDE),
+        },
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fragments=_FRAGMENTS)
+def test_open_text_is_the_last_unsigned_text_detail(fragments: list[dict[str, Any]]) -> None:
+    rebuilder = DetailsRebuilder()
+    for fragment in fragments:
+        rebuilder.add(fragment)
+        details = rebuilder.details
+        last_open = bool(details) and details[-1].get("type") == TEXT and "signature" not in details[-1]
+        assert rebuilder.open_text == (len(details) - 1 if last_open else -1)
+
+
+def test_open_text_closes_when_rule_2_signs_the_last_detail() -> None:
+    rebuilder = DetailsRebuilder()
+    assert rebuilder.add({"type": TEXT, "text": "a"}) == ("new", 0)
+    assert rebuilder.open_text == 0
+    assert rebuilder.add({"type": TEXT, "text": "b"}) == ("extend", 0)
+    assert rebuilder.add({"type": TEXT, "signature": "sig"}) == ("fill", 0)
+    assert rebuilder.open_text == -1
+    assert rebuilder.add({"type": TEXT, "text": "c"}) == ("new", 1)
+    assert rebuilder.open_text == 1
+    assert rebuilder.result() == [{"type": TEXT, "text": "ab", "signature": "sig"}, {"type": TEXT, "text": "c"}]
 
 
 def test_case_pb_03_signature_only_delta(shared_dir: Path) -> None:

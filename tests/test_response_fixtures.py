@@ -17,7 +17,7 @@ from numi_mw.core.details import rebuild_reasoning_details
 from numi_mw.core.reasoning_text import ThinkTags, visible_text
 from tests.conftest import SHARED
 from tests.e2e_support import numi_mw_command
-from tests.response_support import client_view, frame_jsonl, rewrite, rewrite_json, sse_chunks
+from tests.response_support import client_view, frame_jsonl, rewrite, rewrite_by_event, rewrite_json, sse_chunks
 
 CHAT = SHARED / "fixtures" / "openai-chat"
 TAGS = SHARED / "fixtures" / "think-tags"
@@ -86,6 +86,9 @@ def test_recorded_stream(shared_dir: Path, name: str) -> None:
     reasoning, content, fragments = source_text(sse_chunks(body))
     out = rewrite(body)
     check_client_stream(out, reasoning, content, fragments)
+    assert rewrite_by_event(body) == out
+    assert rewrite_by_event(body, exclude=True) == rewrite(body, exclude=True)
+    assert rewrite_by_event(body, think=ThinkTags()) == rewrite(body, think=ThinkTags())
     for cut in range(1, min(len(body), 1024)):
         assert rewrite(body, cuts=(cut,)) == out, f"split at byte {cut}"
 
@@ -160,6 +163,8 @@ def test_recorded_think_tag_stream(shared_dir: Path, name: str) -> None:
     out = rewrite(body, think=ThinkTags())
     rebuilt = check_client_stream(out, reasoning, content, [])
     assert rebuilt == [{"type": "reasoning.text", "text": reasoning, "format": "unknown", "index": 0}]
+    assert rewrite_by_event(body, think=ThinkTags()) == out
+    assert rewrite_by_event(body, think=ThinkTags(), exclude=True) == rewrite(body, think=ThinkTags(), exclude=True)
     for chunk in sse_chunks(out):
         for choice in chunk["choices"]:
             assert "<think>" not in (choice["delta"].get("content") or "")

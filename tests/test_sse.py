@@ -306,6 +306,58 @@ def test_any_chunking_of_arbitrary_bytes(stream: bytes, cuts: list[int]) -> None
     assert decode(*split_at(stream, cuts)) == whole
 
 
+# --- single_data: the one-event fast path --------------------------------------------------------------------
+
+
+def test_single_data_exact_values() -> None:
+    decoder = SSEDecoder()
+    assert decoder.single_data(b"data: first\n\n") is None  # the stream's first line may carry a BOM
+    assert decoder.feed(b"data: first\n\n") == [SSEEvent(raw=b"data: first\n\n", data=b"first")]
+    assert decoder.single_data(b'data: {"a":1}\n\n') == b'{"a":1}'
+    assert decoder.single_data(b"data:no space\n\n") == b"no space"
+    assert decoder.single_data(b"data:  two\n\n") == b" two"
+    assert decoder.single_data(b"data:\n\n") == b""
+    assert decoder.single_data(b"data: [DONE]\n\n") == b"[DONE]"
+    for chunk in (
+        b"data: a\n\ndata: b\n\n",  # two events
+        b"data: a\ndata: b\n\n",  # two data lines
+        b"event: x\ndata: a\n\n",  # another field
+        b"data: a\r\n\r\n",  # CR line ends
+        b"data: a\rb\n\n",  # a bare CR ends a line
+        b": comment\n\n",
+        b"data: a\n",  # not finished
+        b"\n\n",
+        b"",
+    ):
+        assert decoder.single_data(chunk) is None, chunk
+    decoder.feed(b"data: par")
+    assert decoder.single_data(b"data: b\n\n") is None  # bytes of an event are buffered
+    assert decoder.feed(b"tial\n\n") == [SSEEvent(raw=b"data: partial\n\n", data=b"partial")]
+
+
+def decode_with_fast_path(*chunks: bytes) -> list[tuple[bytes, bytes | None]]:
+    """``(raw, data)`` of every event, taking ``single_data`` whenever it applies (as ``ResponseRewriter`` does)."""
+    decoder = SSEDecoder()
+    out: list[tuple[bytes, bytes | None]] = []
+    for chunk in chunks:
+        data = decoder.single_data(chunk)
+        if data is not None:
+            out.append((chunk, data))
+        else:
+            out += [(e.raw, e.data) for e in decoder.feed(chunk)]
+    return out + [(e.raw, e.data) for e in decoder.flush()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(_PIECES, max_size=40), cuts=st.lists(st.integers(0, 2000), max_size=12))
+def test_fast_path_gives_the_same_events(pieces: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(pieces)
+    whole = [(e.raw, e.data) for e in decode(stream)]
+    assert decode_with_fast_path(*split_at(stream, cuts)) == whole
+    events = [e.raw for e in decode(stream)]
+    assert decode_with_fast_path(*events) == whole
+
+
 # --- encode_event --------------------------------------------------------------------------------------------
 
 

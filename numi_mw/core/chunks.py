@@ -146,20 +146,19 @@ class ChunkNormalizer:
             if type(text) is not str or not text or reasoning != text:
                 return _SLOW
             rebuilder = self._choice(choice.get("index", 0)).rebuilder
-            where = rebuilder.target(fragment)
-            assert where is not None
-            action, pos = where
-            if action == "extend":
-                if fragment.get("index") == pos and len(fragment) == 3:
-                    rebuilder.add(fragment, where)
+            pos = rebuilder.open_text
+            if pos >= 0:  # rule 1 extends the open detail: only type, text and index go out
+                rebuilder.extend(pos, text)
+                if len(fragment) == 3 and fragment.get("index") == pos:
                     return UNCHANGED
-                entry = {"type": "reasoning.text", "text": text, "index": pos}
-            else:
-                if fragment.get("index") == pos:
-                    rebuilder.add(fragment, where)
-                    return UNCHANGED
-                entry = dict(fragment)
-                entry["index"] = pos
+                delta["reasoning_details"] = [{"type": "reasoning.text", "text": text, "index": pos}]
+                return [data]
+            where = ("new", len(rebuilder.details))
+            if fragment.get("index") == where[1]:
+                rebuilder.add(fragment, where)
+                return UNCHANGED
+            entry = dict(fragment)
+            entry["index"] = where[1]
             rebuilder.add(entry, where)
             delta["reasoning_details"] = [entry]
             return [data]

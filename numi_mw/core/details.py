@@ -109,13 +109,16 @@ class DetailsRebuilder:
     Attributes:
         details: the details so far (new dicts; the fragments are not modified). Appended text is kept aside
             (joined once, so a long stream costs linear time) until ``result()``.
+        open_text: the position of the last detail when it is an unsigned ``reasoning.text`` (the one rule 1
+            extends), else ``-1``. Kept up to date by ``add``, so the common case costs no search.
     """
 
-    __slots__ = ("_parts", "details", "track_text")
+    __slots__ = ("_parts", "details", "open_text", "track_text")
 
     def __init__(self, *, track_text: bool = True) -> None:
         self.details: list[Any] = []
         self.track_text = track_text
+        self.open_text = -1
         self._parts: dict[int, list[str]] = {}
 
     def _latest_text(self, *, unsigned_only: bool) -> int | None:
@@ -145,9 +148,8 @@ class DetailsRebuilder:
         if fragment.get("type") != "reasoning.text" or (has_text and signed):
             return ("new", len(self.details))  # rule 4
         if has_text:  # rule 1
-            last = self.details[-1] if self.details else None
-            if isinstance(last, dict) and last.get("type") == "reasoning.text" and "signature" not in last:
-                return ("extend", len(self.details) - 1)
+            if self.open_text >= 0:
+                return ("extend", self.open_text)
             return ("new", len(self.details))
         pos = self._latest_text(unsigned_only=signed)  # rule 2 (signed) or rule 3
         if pos is None:
@@ -168,20 +170,28 @@ class DetailsRebuilder:
         if where is None:
             return None
         action, pos = where
+        if action == "extend":
+            self.extend(pos, fragment["text"])
+            return where
         if action == "new":
             self.details.append(dict(fragment) if isinstance(fragment, dict) else fragment)
-        elif action == "extend":
-            if self.track_text:
-                parts = self._parts.get(pos)
-                if parts is None:
-                    parts = self._parts[pos] = [self.details[pos].get("text", "")]
-                parts.append(fragment["text"])
         else:
             detail = self.details[pos]
             for key in FILLED_KEYS:
                 if key in fragment and key not in detail:
                     detail[key] = fragment[key]
+        last = self.details[-1]
+        is_open = isinstance(last, dict) and last.get("type") == "reasoning.text" and "signature" not in last
+        self.open_text = len(self.details) - 1 if is_open else -1
         return where
+
+    def extend(self, pos: int, text: str) -> None:
+        """Rule 1's append of ``text`` to detail ``pos`` (``add`` of an ``("extend", pos)`` fragment)."""
+        if self.track_text:
+            parts = self._parts.get(pos)
+            if parts is None:
+                parts = self._parts[pos] = [self.details[pos].get("text", "")]
+            parts.append(text)
 
 
 FILLED_KEYS = ("signature", "id", "format", "index")

@@ -31,6 +31,8 @@ __all__ = ["SSEDecoder", "SSEEvent", "encode_event"]
 
 _BOM = b"\xef\xbb\xbf"
 _LF = 0x0A
+_CR = 0x0D
+_SPACE = 0x20
 
 
 @dataclass(slots=True)
@@ -116,6 +118,26 @@ class SSEDecoder:
         if chunk:
             self._buf += chunk
         return self._parse(final=False)
+
+    def single_data(self, chunk: bytes) -> bytes | None:
+        """The data of ``chunk`` when it is exactly one whole event of one ``data:`` line, else ``None``.
+
+        The fast path for upstreams that send one event per chunk (most do): no ``SSEEvent`` is built. Only
+        taken at an event boundary (nothing buffered, past the stream's first line) and when ``chunk`` has no
+        ``\r``; when it returns ``None`` nothing was consumed, and ``chunk`` goes to ``feed``. The event's
+        original bytes are ``chunk`` itself.
+        """
+        # Ints for single bytes: ``13 in chunk`` is a memchr, ``b"\r" in chunk`` a general substring search.
+        if (
+            chunk.find(b"\n") == len(chunk) - 2
+            and chunk[-1] == _LF
+            and chunk.startswith(b"data:")
+            and _CR not in chunk
+            and not self._buf
+            and not self._at_start
+        ):
+            return chunk[6:-2] if chunk[5] == _SPACE else chunk[5:-2]
+        return None
 
     def _feed_simple(self, chunk: bytes) -> list[SSEEvent]:
         """The fast path for a chunk that starts at an event boundary and has no ``\r``: each complete event of
