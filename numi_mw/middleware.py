@@ -16,7 +16,14 @@ from numi_mw.core.errors import ApiError, payload_too_large
 from numi_mw.core.providers import ProviderRules, get_provider
 from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
-from numi_mw.core.response import ResponseOptions, ResponseRewriter, response_mode, think_tags_for
+from numi_mw.core.response import (
+    Mode,
+    ResponseOptions,
+    ResponseRewriter,
+    normalize_completion_body,
+    response_mode,
+    think_tags_for,
+)
 
 
 class ReasoningMiddleware:
@@ -56,7 +63,46 @@ class ReasoningMiddleware:
         if scope["type"] != "http" or not is_chat_completions(scope["method"], scope["path"]) or not _is_json(scope):
             await self.app(scope, receive, send)
             return
-        await _RequestResponder(self, scope, receive, send).run()
+        body = await self._read_body(receive, send)
+        if body is None:
+            return
+        try:
+            prepared = prepare_request(body, self.rules, max_body_bytes=self.max_body_bytes)
+        except ApiError as error:
+            await send_error(send, error)
+            return
+        if prepared.changed:
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+            headers.append((b"content-length", str(len(prepared.body)).encode()))
+            scope = {**scope, "headers": headers}
+        options = ResponseOptions(exclude=prepared.controls.exclude, think=self.think)
+        await self.app(scope, _Replay(prepared.body, receive), _ResponseNormalizer(options, send))
+
+    async def _read_body(self, receive: Receive, send: Send) -> bytes | None:
+        """The whole request body, or ``None`` when the client left or the body is over the limit (then the
+        413 error has been sent)."""
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        body: bytes = message.get("body", b"")
+        if message.get("more_body", False):
+            chunks = [body]
+            size = len(body)
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return None
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    break
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        elif len(body) <= self.max_body_bytes:
+            return body
+        await send_error(send, payload_too_large(self.max_body_bytes))
+        return None
 
 
 def _is_json(scope: Scope) -> bool:
@@ -66,92 +112,86 @@ def _is_json(scope: Scope) -> bool:
     return True
 
 
-class _RequestResponder:
-    """The per-request state of ``ReasoningMiddleware`` (the Starlette ``GZipResponder`` pattern)."""
+class _Replay:
+    """The wrapped app's ``receive``: the (rewritten) body once, then the original ``receive``."""
 
-    def __init__(self, mw: ReasoningMiddleware, scope: Scope, receive: Receive, send: Send) -> None:
-        self.mw = mw
-        self.scope = scope
+    __slots__ = ("body", "receive")
+
+    def __init__(self, body: bytes, receive: Receive) -> None:
+        self.body: bytes | None = body
         self.receive = receive
+
+    async def __call__(self) -> Message:
+        body = self.body
+        if body is None:
+            return await self.receive()
+        self.body = None
+        return {"type": "http.request", "body": body, "more_body": False}
+
+
+class _ResponseNormalizer:
+    """The wrapped app's ``send``: its successful response normalized by ``core.response`` (an SSE stream event
+    by event, a JSON body whole; anything else untouched)."""
+
+    __slots__ = ("held", "mode", "options", "rewriter", "send", "start")
+
+    def __init__(self, options: ResponseOptions, send: Send) -> None:
+        self.options = options
         self.send = send
-        self.replayed = False
-        self.body = b""
-        self.options = ResponseOptions()
+        self.mode: Mode | None = None
         self.rewriter: ResponseRewriter | None = None
-        self.held: list[bytes] = []
         self.start: Message = {}
+        self.held: list[bytes] = []
 
-    async def run(self) -> None:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
+    async def __call__(self, message: Message) -> None:
+        mode = self.mode
+        if mode is None:
+            if message["type"] == "http.response.start":
+                self._begin(message)
+                if self.mode != "json":
+                    await self.send(self.start)
                 return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.mw.max_body_bytes:
-                await send_error(self.send, payload_too_large(self.mw.max_body_bytes))
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        try:
-            prepared = prepare_request(b"".join(chunks), self.mw.rules, max_body_bytes=self.mw.max_body_bytes)
-        except ApiError as error:
-            await send_error(self.send, error)
+        elif mode != "pass" and message["type"] == "http.response.body":
+            if mode == "json":
+                await self._json_body(message)
+            else:
+                await self._sse_body(message)
             return
-        self.body = prepared.body
-        self.options = ResponseOptions(exclude=prepared.controls.exclude, think=self.mw.think)
-        scope = self.scope
-        if prepared.changed:
-            headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
-            headers.append((b"content-length", str(len(self.body)).encode()))
-            scope = {**scope, "headers": headers}
-        await self.mw.app(scope, self.replay, self.send_normalized)
+        await self.send(message)
 
-    async def send_normalized(self, message: Message) -> None:
-        """Normalize the wrapped app's response: SSE event by event, a JSON body whole (``core.response``)."""
-        kind = message["type"]
-        if kind == "http.response.start":
-            content_type = None
-            for key, value in message.get("headers", []):
-                if key.lower() == b"content-type":
-                    content_type = value.decode("latin-1")
-            mode = response_mode(message["status"], content_type)
-            if mode == "pass":
-                await self.send(message)
-                return
+    def _begin(self, message: Message) -> None:
+        content_type = None
+        for key, value in message.get("headers", ()):
+            if key.lower() == b"content-type":
+                content_type = value.decode("latin-1")
+        self.mode = mode = response_mode(message["status"], content_type)
+        self.start = message
+        if mode == "sse":
             self.rewriter = ResponseRewriter(self.options, mode)
-            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"content-length"]
+            headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != b"content-length"]
             self.start = {**message, "headers": headers}
-            if mode == "sse":
-                await self.send(self.start)
+
+    async def _json_body(self, message: Message) -> None:
+        chunk = message.get("body", b"")
+        if message.get("more_body", False):
+            self.held.append(chunk)
             return
+        body = b"".join([*self.held, chunk]) if self.held else chunk
+        out = normalize_completion_body(body, self.options)
+        start = self.start
+        if out is not body:
+            headers = [(k, v) for k, v in start.get("headers", ()) if k.lower() != b"content-length"]
+            headers.append((b"content-length", str(len(out)).encode()))
+            start = {**start, "headers": headers}
+        await self.send(start)
+        await self.send({"type": "http.response.body", "body": out, "more_body": False})
+
+    async def _sse_body(self, message: Message) -> None:
         rewriter = self.rewriter
-        if kind != "http.response.body" or rewriter is None:
-            await self.send(message)
-            return
+        assert rewriter is not None
         more = message.get("more_body", False)
-        if rewriter.mode == "json":
-            self.held.append(message.get("body", b""))
-            if more:
-                return
-            out = rewriter.completion(self.held[0] if len(self.held) == 1 else b"".join(self.held))
-            start = dict(self.start)
-            start["headers"] = [*start["headers"], (b"content-length", str(len(out)).encode())]
-            await self.send(start)
-            await self.send({"type": "http.response.body", "body": out, "more_body": False})
-            return
         out = rewriter.feed(message.get("body", b""))
         if not more:
             out += rewriter.finish()
         if out or not more:
             await self.send({"type": "http.response.body", "body": out, "more_body": more})
-
-    async def replay(self) -> Message:
-        """Give the (rewritten) body once, then delegate to the original ``receive``."""
-        if self.replayed:
-            return await self.receive()
-        self.replayed = True
-        return {"type": "http.request", "body": self.body, "more_body": False}

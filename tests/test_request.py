@@ -1,29 +1,69 @@
-"""``prepare_request``: bytes in, bytes out; the prefilter, semantics kept, errors as data."""
+"""``prepare_request``: bytes in, bytes out; the probe, semantics kept, errors as data."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import get_provider, infer_provider
-from numi_mw.core.request import is_chat_completions, needs_decoding, prepare_request
+from numi_mw.core.request import PROBE_MAX_BYTES, is_chat_completions, normalize_body, prepare_request, probe_plain
 
 OPENROUTER = get_provider("openrouter")
 
 
 def test_body_without_reasoning_is_the_original_bytes_object() -> None:
     raw = b'{"model": "m",  "messages": [{"role": "user", "content": "Hi"}], "temperature": 0.70}'
-    assert needs_decoding(raw) is False
+    assert probe_plain(raw) is False
+    prepared = prepare_request(raw, OPENROUTER)
+    assert prepared.body is raw
+    assert prepared.changed is False
+    assert prepared.stream is False
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b'{"stream": true, "messages": [{"role": "assistant", "content": "reasoning is fine here"}]}', True),
+        (b'{"stream": "yes", "messages": []}', False),
+        (b'{"messages": [{"role": "assistant", "reasoning_details": [{"type": "reasoning.text"}]}]}', False),
+        (b'{"reasoning": null}', None),
+        (b'{"reasoning_effort": "high"}', None),
+        (b'{"include_reasoning": false}', None),
+        (b'{"messages": [{"role": "user"}, {"role": "assistant", "reasoning": ""}]}', None),
+        (b'{"messages": [{"role": "assistant", "reasoning_content": "x"}]}', None),
+        (b'{"messages": [{"role": "assistant", "reasoning_c\\u006fntent": "x"}]}', None),
+        (b'{"messages": {"role": "user"}}', None),
+        (b'{"messages": [1]}', None),
+        (b"[1, 2]", None),
+    ],
+)
+def test_probe_exact_answers(raw: bytes, expected: bool | None) -> None:
+    assert probe_plain(raw) is expected
+
+
+def test_probe_shapes_it_leaves_to_the_full_path_get_their_errors() -> None:
+    for raw, param in ((b'{"messages": {"role": "user"}}', "messages"), (b'{"messages": [1]}', "messages[0]")):
+        with pytest.raises(ApiError) as info:
+            prepare_request(raw, OPENROUTER)
+        assert (info.value.status, info.value.code, info.value.param) == (400, "invalid_request", param)
+
+
+def test_large_plain_body_skips_the_probe_and_is_still_the_original_bytes() -> None:
+    raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * PROBE_MAX_BYTES}]}).encode()
+    assert len(raw) > PROBE_MAX_BYTES
     prepared = prepare_request(raw, OPENROUTER)
     assert prepared.body is raw
     assert prepared.changed is False
 
 
-def test_escaped_key_is_not_missed_by_the_prefilter() -> None:
+def test_escaped_key_is_not_missed_by_the_probe() -> None:
     raw = b'{"model": "m", "\\u0072easoning_effort": "high"}'
-    assert needs_decoding(raw) is True
+    assert probe_plain(raw) is None
     assert json.loads(prepare_request(raw, OPENROUTER).body) == {"model": "m", "reasoning": {"effort": "high"}}
 
 
@@ -133,8 +173,7 @@ def test_unknown_provider_name_is_a_clear_error() -> None:
         (b"", "invalid_json"),
     ],
 )
-def test_bodies_the_prefilter_passes_are_still_checked(raw: bytes, code: str) -> None:
-    assert needs_decoding(raw) is False
+def test_bodies_that_are_not_json_objects_get_400(raw: bytes, code: str) -> None:
     with pytest.raises(ApiError) as info:
         prepare_request(raw, OPENROUTER)
     assert (info.value.status, info.value.code, info.value.param) == (400, code, None)
@@ -159,3 +198,35 @@ def test_history_detail_over_its_limit_is_400_naming_the_field() -> None:
     assert (info.value.status, info.value.code) == (400, "invalid_request")
     body["messages"][1]["reasoning_details"][0]["signature"] = signature[:-1]
     assert prepare_request(json.dumps(body).encode(), OPENROUTER).changed is False
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.sampled_from(["", "x", "high"]), st.just({}), st.just([]))
+_KEYS = st.sampled_from(["role", "content", "reasoning", "reasoning_content", "reasoning_details", "other"])
+_MESSAGE = st.one_of(
+    st.dictionaries(_KEYS, _VALUES, max_size=4).map(lambda m: {"role": "assistant", **m}), st.integers(0, 1)
+)
+_BODY = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": st.just("m"),
+        "stream": _VALUES,
+        "reasoning": _VALUES,
+        "reasoning_effort": _VALUES,
+        "include_reasoning": _VALUES,
+        "messages": st.one_of(st.lists(_MESSAGE, max_size=4), _VALUES),
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=_BODY)
+def test_probe_never_passes_a_body_the_rules_would_change(body: dict[str, Any]) -> None:
+    raw = json.dumps(body).encode()
+    plain = probe_plain(raw)
+    if plain is None:
+        return
+    data = json.loads(raw)
+    controls, changed = normalize_body(data, OPENROUTER, len(raw))  # raises if the full path would refuse it
+    assert (changed, controls.present, plain) == (False, False, body.get("stream") is True)
+    for name in ("deepseek", "anthropic", "zai"):
+        assert normalize_body(json.loads(raw), get_provider(name), len(raw))[1] is False

@@ -10,7 +10,6 @@ from numi_mw.core.errors import ApiError
 
 encoder = msgspec.json.Encoder()
 decoder = msgspec.json.Decoder()
-_object_checker = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 encode = encoder.encode
@@ -18,11 +17,13 @@ encode = encoder.encode
 (it runs once per rewritten SSE event)."""
 
 
-def _not_json(exc: msgspec.DecodeError) -> ApiError:
+def not_json(exc: msgspec.DecodeError) -> ApiError:
+    """The 400 ``invalid_json`` error for a request body msgspec could not decode (``exc`` says where)."""
     return ApiError(400, "invalid_json", f"The request body is not valid JSON ({exc}); send a JSON object.", None)
 
 
-def _too_deep() -> ApiError:
+def too_deep() -> ApiError:
+    """The 400 ``invalid_json`` error for a request body nested deeper than the decoder's recursion limit."""
     return ApiError(400, "invalid_json", "The request body is nested too deeply to decode; flatten it.", None)
 
 
@@ -43,23 +44,6 @@ def _not_object() -> ApiError:
     return ApiError(400, "invalid_request", "The request body must be a JSON object.", None)
 
 
-def check_object(body: bytes) -> None:
-    """Check that ``body`` is one JSON object without building its values (nested values are skipped).
-
-    Raises:
-        ApiError: 400 ``invalid_json`` when ``body`` is not JSON; 400 ``invalid_request`` when it is JSON but
-            not an object.
-    """
-    try:
-        _object_checker.decode(body)
-    except msgspec.ValidationError:
-        raise _not_object() from None
-    except msgspec.DecodeError as exc:
-        raise _not_json(exc) from None
-    except RecursionError:
-        raise _too_deep() from None
-
-
 def decode_object(body: bytes) -> dict[str, Any]:
     """Decode a JSON request body that must be an object to builtins.
 
@@ -70,9 +54,9 @@ def decode_object(body: bytes) -> dict[str, Any]:
     try:
         data = decoder.decode(body)
     except msgspec.DecodeError as exc:
-        raise _not_json(exc) from None
+        raise not_json(exc) from None
     except RecursionError:
-        raise _too_deep() from None
+        raise too_deep() from None
     if not isinstance(data, dict):
         raise _not_object()
     return data

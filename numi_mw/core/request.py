@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from numi_mw.core import codec
 from numi_mw.core.catalog import Catalog, Provider
 from numi_mw.core.controls import NO_CONTROLS, ReasoningControls, encode_controls, fold_controls
@@ -25,8 +27,59 @@ MIN_DETAIL_LIMIT = MAX_SIGNATURE_BYTES
 """A body no larger than the smallest detail limit (bytes) cannot hold a field over its limit: a JSON string's
 UTF-8 size never exceeds its encoded length, so the detail walk is skipped."""
 
-PREFILTER_MAX_BYTES = 64 * 1024
-"""Bodies larger than this (bytes) skip the byte prefilter: one msgspec decode beats scanning them first."""
+PROBE_MAX_BYTES = 64 * 1024
+"""Bodies up to this size (bytes) are probed first (``probe_plain``); larger ones are decoded straight away.
+Measured: for a 2 KiB body the probe costs a third of a full decode plus the walk; for bodies with thousands
+of tiny messages it costs more than decoding, and such bodies are large."""
+
+
+class _MessageProbe(msgspec.Struct, gc=False):
+    """The fields of a message the history rules read; all else is skipped without being built."""
+
+    reasoning: msgspec.Raw = msgspec.Raw()
+    reasoning_content: msgspec.Raw = msgspec.Raw()
+
+
+class _BodyProbe(msgspec.Struct, gc=False):
+    """The fields of a request body the request rules read (``fold_controls``, ``normalize_messages``)."""
+
+    reasoning: msgspec.Raw = msgspec.Raw()
+    reasoning_effort: msgspec.Raw = msgspec.Raw()
+    include_reasoning: msgspec.Raw = msgspec.Raw()
+    stream: Any = None
+    messages: list[_MessageProbe] = []
+
+
+_probe_decoder = msgspec.json.Decoder(_BodyProbe)
+
+
+def probe_plain(body: bytes) -> bool | None:
+    """Decide without building the body whether it has nothing to normalize.
+
+    One msgspec pass that skips every field the rules do not read (so the body is also checked to be JSON).
+
+    Returns:
+        ``None`` when the rules may change something (a reasoning control, a message with ``reasoning`` or
+        ``reasoning_content``) or the shape is unusual (not an object, ``messages`` not an array of objects):
+        decode it. Otherwise the value of ``"stream": true`` (``True``, or ``False`` for anything else).
+
+    Raises:
+        ApiError: 400 ``invalid_json`` when ``body`` is not JSON.
+    """
+    try:
+        probe = _probe_decoder.decode(body)
+    except msgspec.ValidationError:
+        return None
+    except msgspec.DecodeError as exc:
+        raise codec.not_json(exc) from None
+    except RecursionError:
+        raise codec.too_deep() from None
+    if probe.reasoning or probe.reasoning_effort or probe.include_reasoning:
+        return None
+    for message in probe.messages:
+        if message.reasoning or message.reasoning_content:
+            return None
+    return probe.stream is True
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,22 +90,13 @@ class PreparedRequest:
         body: the bytes to send upstream: the original bytes when nothing changed (``changed`` is False).
         changed: whether ``body`` differs from the client's bytes.
         controls: the effective reasoning controls (the response side reads ``exclude`` from them).
-        stream: the request asked for a stream (``"stream": true``); ``None`` when not decoded.
+        stream: the request asked for a stream (``"stream": true``).
     """
 
     body: bytes
     changed: bool
     controls: ReasoningControls
-    stream: bool | None = None
-
-
-def needs_decoding(body: bytes) -> bool:
-    """The byte prefilter: ``False`` when ``body`` certainly has nothing to normalize.
-
-    Every field the rules read contains ``reasoning``; a ``\\u`` escape could spell such a key, so a body with
-    one is decoded too (checked for a backslash first: a one-byte search is much faster).
-    """
-    return b"reasoning" in body or (b"\\" in body and b"\\u" in body)
+    stream: bool = False
 
 
 def prepare_request(
@@ -63,8 +107,8 @@ def prepare_request(
     Folds the reasoning controls (``controls.fold_controls``), writes them in the provider's form
     (``controls.encode_controls``) and applies the reasoning / reasoning_content table to the assistant history
     (``history.normalize_messages``). Everything else is semantically unchanged; a body with nothing to
-    normalize is returned as the original bytes, decided by a byte prefilter without decoding (such a body is
-    only checked to be one JSON object, without building its values).
+    normalize is returned as the original bytes, decided for small bodies without building them
+    (``probe_plain``).
 
     Args:
         body: the client's request body (UTF-8 JSON bytes).
@@ -79,9 +123,10 @@ def prepare_request(
     """
     if len(body) > max_body_bytes:
         raise payload_too_large(max_body_bytes, len(body))
-    if len(body) <= PREFILTER_MAX_BYTES and not needs_decoding(body):
-        codec.check_object(body)
-        return PreparedRequest(body, False, NO_CONTROLS)
+    if len(body) <= PROBE_MAX_BYTES:
+        plain = probe_plain(body)
+        if plain is not None:
+            return PreparedRequest(body, False, NO_CONTROLS, plain)
     data = codec.decode_object(body)
     controls, changed = normalize_body(data, rules, len(body))
     stream = data.get("stream") is True

@@ -157,12 +157,23 @@ class ResponseRewriter:
         return b"".join([encode_event(codec.encode(chunk), event=event, id=id) for chunk in chunks])
 
     def completion(self, body: bytes) -> bytes:
-        """The client's bytes for a whole buffered (``json`` mode) response ``body``."""
-        if not self.options.exclude and self.options.think is None and b"reasoning" not in body:
-            return body
-        value = codec.decode_lenient(body)
-        if value is codec.UNDECODABLE:
-            return body
-        if not normalize_completion(value, exclude=self.options.exclude, think=self.options.think):
-            return body
-        return codec.encode(value)
+        """The client's bytes for a whole buffered (``json`` mode) response ``body``
+        (``normalize_completion_body``)."""
+        return normalize_completion_body(body, self.options)
+
+
+def normalize_completion_body(body: bytes, options: ResponseOptions) -> bytes:
+    """The client's bytes for a whole buffered chat completion ``body`` (spec 004 "Response fields").
+
+    Returns ``body`` itself (the same object) when nothing changes, which is decided without decoding for a
+    body that never mentions ``reasoning`` (with no ``exclude`` and no think splitting); a body that is not JSON
+    is returned unchanged. Otherwise ``completion.normalize_completion`` applies and the result is re-encoded.
+    """
+    if not options.exclude and options.think is None and body.find(b"reasoning") < 0:
+        return body
+    value = codec.decode_lenient(body)
+    if value is codec.UNDECODABLE:
+        return body
+    if not normalize_completion(value, exclude=options.exclude, think=options.think):
+        return body
+    return codec.encode(value)
