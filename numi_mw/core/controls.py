@@ -12,8 +12,9 @@ Two steps, both on a decoded request body (a ``dict`` numi_mw owns):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from numi_mw.core.budget import DEFAULT_EFFORT, EFFORT_BUDGETS, generated_budget
 from numi_mw.core.errors import invalid_request
@@ -23,8 +24,7 @@ SHORTHANDS = ("reasoning_effort", "include_reasoning")
 _EFFORT_FORM_KEYS = frozenset(("effort", "enabled", "exclude"))
 
 
-@dataclass(frozen=True, slots=True)
-class ReasoningControls:
+class ReasoningControls(msgspec.Struct, frozen=True, gc=False):
     """The effective reasoning controls of one request, after the shorthands are folded.
 
     Attributes:

@@ -82,8 +82,7 @@ def probe_plain(body: bytes) -> bool | None:
     return probe.stream is True
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedRequest:
+class PreparedRequest(msgspec.Struct, frozen=True, gc=False):
     """A chat completions request ready for the upstream.
 
     Attributes:

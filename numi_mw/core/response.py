@@ -12,8 +12,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from numi_mw.core import codec
 from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
@@ -25,8 +26,7 @@ from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event
 Mode = Literal["sse", "json", "pass"]
 
 
-@dataclass(frozen=True, slots=True)
-class ResponseOptions:
+class ResponseOptions(msgspec.Struct, frozen=True, gc=False):
     """What the response side does for one request.
 
     Attributes:

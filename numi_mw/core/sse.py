@@ -25,7 +25,7 @@ chosen for a byte-faithful proxy rather than a browser:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 __all__ = ["SSEDecoder", "SSEEvent", "encode_event"]
 
@@ -35,8 +35,7 @@ _CR = 0x0D
 _SPACE = 0x20
 
 
-@dataclass(slots=True)
-class SSEEvent:
+class SSEEvent(msgspec.Struct, gc=False):
     """One SSE event as it arrived.
 
     Attributes:
