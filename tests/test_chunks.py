@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from numi_mw.core import chunks as chunks_module
+from numi_mw.core.chunks import ChunkNormalizer
 from numi_mw.core.details import rebuild_reasoning_details
 from numi_mw.core.reasoning_text import ThinkTags
 from tests.response_support import client_view, rewrite, sse_chunks
@@ -328,3 +331,48 @@ def test_undecodable_or_deeply_nested_events_pass_through() -> None:
     deep = b"data: " + b'{"reasoning":' + b"[" * 5000 + b"]" * 5000 + b"}\n\n"
     broken = b'data: {"reasoning": \n\n'
     assert rewrite(deep + broken) == deep + broken
+
+
+class GeneralPathOnly(ChunkNormalizer):
+    """The normalizer with its fast path switched off, to check the fast path against."""
+
+    __slots__ = ()
+
+    def _fast(self, data: dict[str, Any], choice: Any) -> Any:
+        return chunks_module._SLOW
+
+
+_TEXTS = st.sampled_from(["", "a", "b c"])
+_FRAGMENT = st.fixed_dictionaries(
+    {"type": st.sampled_from(["reasoning.text", "reasoning.text", "reasoning.summary", "reasoning.encrypted"])},
+    optional={
+        "text": _TEXTS,
+        "signature": st.sampled_from(["", "sig"]),
+        "format": st.just("anthropic-claude-v1"),
+        "index": st.integers(0, 2),
+        "data": st.just("enc"),
+    },
+)
+_DELTA = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.just("assistant"),
+        "content": st.one_of(st.none(), _TEXTS),
+        "reasoning": st.one_of(st.none(), _TEXTS),
+        "reasoning_content": st.one_of(st.none(), _TEXTS),
+        "reasoning_details": st.one_of(st.none(), st.lists(_FRAGMENT, max_size=2)),
+        "channel": st.just("analysis"),
+    },
+)
+_CHOICE = st.fixed_dictionaries(
+    {"index": st.just(0), "delta": _DELTA, "finish_reason": st.sampled_from([None, None, None, "stop"])}
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_CHOICE, min_size=1, max_size=8))
+def test_fast_path_gives_what_the_general_path_gives(choices: list[dict[str, Any]]) -> None:
+    fast, general = ChunkNormalizer(), GeneralPathOnly()
+    for choice in choices:
+        body = {"id": "x", "choices": [choice]}
+        assert fast.chunk(copy.deepcopy(body)) == general.chunk(copy.deepcopy(body))

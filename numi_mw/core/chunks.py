@@ -123,7 +123,15 @@ class ChunkNormalizer:
             return _SLOW
         if "reasoning_content" in delta:
             plain = delta["reasoning_content"]
-            if "reasoning" in delta or "reasoning_details" in delta or type(plain) is not str or not plain:
+            if "reasoning" in delta or "reasoning_details" in delta:
+                return _SLOW
+            if plain is None or plain == "":  # nothing visible (DeepSeek's content chunks): the key goes
+                rest = {k: v for k, v in delta.items() if k != "reasoning_content"}
+                if not rest:
+                    return _SLOW  # an empty chunk: the general path decides whether it is dropped
+                choice["delta"] = rest
+                return [data]
+            if type(plain) is not str:
                 return _SLOW
             state = self._choice(choice.get("index", 0))
             entry = self._emit(state, {"type": "reasoning.text", "text": plain, "format": "unknown"})
