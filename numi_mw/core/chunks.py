@@ -133,8 +133,7 @@ class ChunkNormalizer:
                 return [data]
             if type(plain) is not str:
                 return _SLOW
-            state = self._choice(choice.get("index", 0))
-            entry = self._emit(state, {"type": "reasoning.text", "text": plain, "format": "unknown"})
+            entry = self._plain_entry(self._choice(choice.get("index", 0)), plain)
             fields: dict[str, Any] = {}
             for key, value in delta.items():
                 if key == "reasoning_content":
@@ -173,12 +172,19 @@ class ChunkNormalizer:
         if details == [] and (reasoning is None or reasoning == ""):
             return UNCHANGED  # nothing visible, no fragment (OpenRouter's content chunks)
         if "reasoning_details" not in delta and type(reasoning) is str and reasoning:
-            state = self._choice(choice.get("index", 0))
-            delta["reasoning_details"] = [
-                self._emit(state, {"type": "reasoning.text", "text": reasoning, "format": "unknown"})
-            ]
+            delta["reasoning_details"] = [self._plain_entry(self._choice(choice.get("index", 0)), reasoning)]
             return [data]
         return _SLOW
+
+    def _plain_entry(self, state: _Choice, text: str) -> Any:
+        """``_emit`` of the ``reasoning.text`` detail (format ``unknown``) for plain reasoning ``text``, with the
+        common case (it extends the open detail: only ``type``, ``text`` and ``index``) taken directly."""
+        rebuilder = state.rebuilder
+        pos = rebuilder.open_text
+        if pos < 0:
+            return self._emit(state, {"type": "reasoning.text", "text": text, "format": "unknown"})
+        rebuilder.extend(pos, text)
+        return {"type": "reasoning.text", "text": text, "index": pos}
 
     def _normalize_choice(self, choice: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The choice entries to send for ``choice`` (one per delta, in order), or ``UNCHANGED``."""
