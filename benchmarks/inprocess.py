@@ -4,19 +4,21 @@ normalization, each against its comparison in the same interleaved rounds."""
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Callable
 from functools import partial
 
+import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from benchmarks import baseline, payloads
 from benchmarks.config import Config
-from benchmarks.timing import BatchRunner, Measurement, interleave, sync_runner, timed_ratio
+from benchmarks.timing import BatchRunner, Measurement, interleave, ratios, sync_runner, timed_ratio
 from numi_mw import ReasoningMiddleware
 from numi_mw.core.providers import get_provider
 from numi_mw.core.request import prepare_request
@@ -38,6 +40,30 @@ def bare_app() -> Starlette:
         return JSONResponse({"ok": True, "bytes": len(body)})
 
     return Starlette(routes=[Route(PATH, chat, methods=["POST"])])
+
+
+class ReplayOnly:
+    """The floor of any middleware that reads a request body: read it, give it to the app through a wrapped
+    ``receive``, and pass every response message through a wrapped ``send``; no rules at all."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = await receive()
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return message
+
+        async def forward(out: Message) -> None:
+            await send(out)
+
+        await self.app(scope, replay, forward)
 
 
 def _scope(body: bytes) -> dict[str, object]:
@@ -121,12 +147,15 @@ def run_asgi(config: Config) -> list[Measurement]:
         _check_asgi(loop, bare, rewrite, rewritten=False)
         _check_asgi(loop, wrapped, rewrite, rewritten=True)
         _check_asgi(loop, wrapped, plain, rewritten=False)
+        floor = ReplayOnly(bare)
+        _check_asgi(loop, floor, plain, rewritten=False)
         samples = interleave(
             {
                 "bare, rewrite body": asgi_runner(loop, bare, rewrite),
                 "middleware, rewrite body": asgi_runner(loop, wrapped, rewrite),
                 "bare, plain body": asgi_runner(loop, bare, plain),
                 "middleware, plain body": asgi_runner(loop, wrapped, plain),
+                "floor: replay-only middleware": asgi_runner(loop, floor, plain),
             },
             config.rounds,
             config.batch_seconds,
@@ -143,6 +172,7 @@ def run_asgi(config: Config) -> list[Measurement]:
             "<=",
             1.3,
             extra={"body_bytes": len(rewrite)},
+            others=["floor: replay-only middleware"],
         ),
         timed_ratio(
             "asgi.plain_2kb",
@@ -152,12 +182,40 @@ def run_asgi(config: Config) -> list[Measurement]:
             "bare, plain body",
             "<=",
             1.10,
-            extra={"body_bytes": len(plain)},
+            extra={
+                "body_bytes": len(plain),
+                "floor_ratio": _median_ratio(samples, "floor: replay-only middleware", "bare, plain body"),
+            },
+            others=["floor: replay-only middleware"],
         ),
     ]
 
 
 # --- 2. request normalization ----------------------------------------------------------------------------------
+
+FLOOR_PASS = "floor: one msgspec pass"
+"""A reference point: one validating msgspec pass over the body that builds nothing (every field skipped).
+Any design that checks the body is JSON costs at least this much."""
+FLOOR_DECODE_ENCODE = "floor: msgspec decode+encode"
+"""A reference point: msgspec's decode of the whole body to builtins plus its encode, no rules: the floor of a
+design that rewrites a decoded body."""
+
+
+class _Nothing(msgspec.Struct):
+    """Matches any JSON object and keeps none of it."""
+
+
+_skip_decoder = msgspec.json.Decoder(_Nothing)
+_decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+
+
+def _decode_encode(body: bytes) -> bytes:
+    return _encoder.encode(_decoder.decode(body))
+
+
+def _median_ratio(samples: dict[str, list[float]], numerator: str, denominator: str) -> float:
+    return statistics.median(ratios(samples[numerator], samples[denominator]))
 
 
 def run_request(config: Config) -> list[Measurement]:
@@ -181,6 +239,8 @@ def run_request(config: Config) -> list[Measurement]:
             {
                 "baseline (json)": sync_runner(partial(baseline.prepare_request, body)),
                 "numi_mw": sync_runner(partial(prepare_request, body, rules)),
+                FLOOR_PASS: sync_runner(partial(_skip_decoder.decode, body)),
+                FLOOR_DECODE_ENCODE: sync_runner(partial(_decode_encode, body)),
             },
             config.rounds,
             config.batch_seconds,
@@ -194,7 +254,15 @@ def run_request(config: Config) -> list[Measurement]:
                 "numi_mw",
                 ">=",
                 target,
-                extra={"body_bytes": len(body), "outputs_identical": True},
+                extra={
+                    "body_bytes": len(body),
+                    "outputs_identical": True,
+                    "floor_speedups": {
+                        floor: _median_ratio(samples, "baseline (json)", floor)
+                        for floor in (FLOOR_PASS, FLOOR_DECODE_ENCODE)
+                    },
+                },
+                others=[FLOOR_PASS, FLOOR_DECODE_ENCODE],
             )
         )
     return out
@@ -243,6 +311,31 @@ def _split_stream(events: list[bytes]) -> Callable[[], bytes]:
     return run
 
 
+FLOOR_STREAM = "floor: msgspec per event"
+"""A reference point: the fastest split, then msgspec's decode and encode of every event that mentions
+``reasoning`` (no rules): what any rewriter that re-encodes such events costs at least."""
+
+
+def _floor_stream(events: list[bytes]) -> Callable[[], bytes]:
+    decode, encode = _decoder.decode, _encoder.encode
+
+    def run() -> bytes:
+        decoder = SSEDecoder()
+        out = []
+        for event in events:
+            data = decoder.single_data(event)
+            if data is None:
+                out.append(b"".join([e.raw for e in decoder.feed(event)]))
+            elif data.find(b"reasoning") < 0 or data == b"[DONE]":
+                out.append(event)
+            else:
+                out.append(b"data: " + encode(decode(data)) + b"\n\n")
+        out.append(b"".join([e.raw for e in decoder.flush()]))
+        return b"".join(out)
+
+    return run
+
+
 def _per_event(samples: dict[str, list[float]], events: int) -> dict[str, list[float]]:
     return {name: [t / events for t in values] for name, values in samples.items()}
 
@@ -256,7 +349,12 @@ def stream_measurements(name: str, label: str, events: list[bytes], rounds: int,
     base()
     samples = _per_event(
         interleave(
-            {"numi_mw": sync_runner(numi), "baseline (json)": sync_runner(base), "SSE split": sync_runner(split)},
+            {
+                "numi_mw": sync_runner(numi),
+                "baseline (json)": sync_runner(base),
+                "SSE split": sync_runner(split),
+                FLOOR_STREAM: sync_runner(_floor_stream(events)),
+            },
             rounds,
             batch,
         ),
@@ -272,11 +370,12 @@ def stream_measurements(name: str, label: str, events: list[bytes], rounds: int,
             "numi_mw",
             ">=",
             4.0,
-            extra=extra,
+            extra={**extra, "floor_speedup": _median_ratio(samples, "baseline (json)", FLOOR_STREAM)},
+            others=[FLOOR_STREAM],
         ),
         timed_ratio(
             f"{name}.vs_split",
-            f"ResponseRewriter vs bare SSE split (SSEDecoder), {label} (time per event)",
+            f"ResponseRewriter vs bare SSE split (SSEDecoder, one-event fast path), {label} (time per event)",
             samples,
             "numi_mw",
             "SSE split",

@@ -155,12 +155,16 @@ def timed_ratio(
     target: float,
     *,
     extra: dict[str, Any] | None = None,
+    others: Sequence[str] = (),
 ) -> Measurement:
-    """A measurement from per-operation times: the ratio ``numerator / denominator`` of the same rounds."""
+    """A measurement from per-operation times: the ratio ``numerator / denominator`` of the same rounds.
+
+    ``others`` are further contenders of the same rounds shown beside the two (reference points such as the
+    floor of a design), not part of the ratio."""
     values = ratios(samples[numerator], samples[denominator])
     spread = Spread.of(values)
     sides = []
-    for side in (numerator, denominator):
+    for side in (numerator, denominator, *others):
         s = Spread.of(samples[side])
         sides.append(Side(side, s.median, "s/op", s.q1, s.q3))
     return Measurement(name, title, spread.median, spread, direction, target, sides, extra or {})
