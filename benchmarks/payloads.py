@@ -94,7 +94,7 @@ def request_2kb(*, stream: bool = False) -> bytes:
 
 
 def plain_2kb(*, stream: bool = False) -> bytes:
-    """A 2 KB request with 3 messages and nothing to normalize (the byte prefilter lets it through)."""
+    """A 2 KB request with 3 messages and nothing to normalize (the request probe lets it through)."""
     rng = random.Random(3)
     body: dict[str, Any] = {
         "model": _MODEL,
