@@ -9,6 +9,7 @@ before the response starts) and ``x-replay-drip`` (seconds between SSE events).
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import subprocess
 import threading
@@ -80,6 +81,12 @@ class ReplayUpstream:
         if media_type != "text/event-stream":
             return Response(raw, status_code=status, media_type=media_type, headers={"set-cookie": "replay=1"})
         drip = float(request.headers.get("x-replay-drip", "0"))
+        if request.headers.get("x-replay-gzip"):  # the stream gzip-compressed, sent in 97-byte pieces
+            packed = gzip.compress(raw)
+            pieces = [packed[i : i + 97] for i in range(0, len(packed), 97)]
+            return StreamingResponse(
+                iter(pieces), status_code=status, media_type=media_type, headers={"content-encoding": "gzip"}
+            )
         return StreamingResponse(self._events(name, raw, drip), status_code=status, media_type=media_type)
 
     async def _events(self, name: str, raw: bytes, drip: float) -> AsyncIterator[bytes]:

@@ -222,6 +222,22 @@ def test_stream_bytes_arrive_exactly_and_before_the_upstream_finishes(
     assert len(arrivals) > 1
 
 
+def test_a_gzip_stream_is_decoded_and_normalized(
+    shared_dir: Path, upstream: ReplayUpstream, openrouter_sidecar: str
+) -> None:
+    fixture = "openai-chat/deepseek-reasoner-reasoning-content.sse"
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    with httpx.Client(timeout=10) as http:
+        response = http.post(
+            f"{openrouter_sidecar}/chat/completions",
+            json=body,
+            headers={"x-replay-fixture": fixture, "x-replay-gzip": "1", "accept-encoding": "identity"},
+        )
+    assert response.status_code == 200
+    assert "content-encoding" not in response.headers
+    assert response.content == rewrite(fixture_body(fixture)[0])
+
+
 def test_models_and_other_paths_are_forwarded_as_is(upstream: ReplayUpstream, client: openai.OpenAI) -> None:
     models = client.models.list()
     assert [model.id for model in models.data] == [m["id"] for m in MODELS["data"]]

@@ -257,9 +257,13 @@ async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:
 
 
 async def _relay_rewritten(upstream: httpx.Response, rewriter: ResponseRewriter) -> AsyncIterator[bytes]:
-    """Yield the normalized SSE body event by event as the upstream sends it; close the upstream on every path."""
+    """Yield the normalized SSE body event by event as the upstream sends it; close the upstream on every path.
+
+    An identity-encoded body is read raw (httpx's decoding layer would only copy it); gzip and deflate are
+    decoded first."""
+    encoded = upstream.headers.get("content-encoding", "identity").lower() not in ("identity", "")
     try:
-        async for chunk in upstream.aiter_bytes():
+        async for chunk in upstream.aiter_bytes() if encoded else upstream.aiter_raw():
             out = rewriter.feed(chunk)
             if out:
                 yield out
