@@ -71,8 +71,8 @@ class ReasoningMiddleware:
         except ApiError as error:
             await send_error(send, error)
             return
-        if prepared.changed:
-            headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+        if prepared.changed:  # the app now gets the whole body at once: its length, no chunked framing
+            headers = [(k, v) for k, v in scope["headers"] if k not in _REQUEST_FRAMING]
             headers.append((b"content-length", str(len(prepared.body)).encode()))
             scope = {**scope, "headers": headers}
         options = ResponseOptions(exclude=prepared.controls.exclude, think=self.think)
@@ -103,6 +103,9 @@ class ReasoningMiddleware:
             return body
         await send_error(send, payload_too_large(self.max_body_bytes))
         return None
+
+
+_REQUEST_FRAMING = (b"content-length", b"transfer-encoding")
 
 
 def _is_json(scope: Scope) -> bool:

@@ -376,3 +376,37 @@ def test_fast_path_gives_what_the_general_path_gives(choices: list[dict[str, Any
     for choice in choices:
         body = {"id": "x", "choices": [choice]}
         assert fast.chunk(copy.deepcopy(body)) == general.chunk(copy.deepcopy(body))
+
+
+def test_a_key_spelled_with_escapes_is_normalized_too() -> None:
+    escaped = b'data: {"choices":[{"index":0,"delta":{"\\u0072easoning_content":"hm"},"finish_reason":null}]}\n\n'
+    assert sse_chunks(rewrite(escaped)) == [
+        chunk(
+            {
+                "reasoning": "hm",
+                "reasoning_details": [{"type": "reasoning.text", "text": "hm", "format": "unknown", "index": 0}],
+            }
+        )
+    ]
+    excluded = (
+        b'data: {"choices":[{"index":0,"delta":{"\\u0072easoning":"hm","content":"x"},"finish_reason":null}]}\n\n'
+    )
+    assert sse_chunks(rewrite(excluded, exclude=True)) == [chunk({"content": "x"})]
+
+
+def test_a_buffered_key_spelled_with_escapes_is_normalized_too() -> None:
+    from tests.response_support import rewrite_json
+
+    body = b'{"choices":[{"index":0,"message":{"content":"b","\\u0072easoning_content":"hm"}}]}'
+    assert json.loads(rewrite_json(body)) == {
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "content": "b",
+                    "reasoning": "hm",
+                    "reasoning_details": [{"type": "reasoning.text", "text": "hm", "format": "unknown"}],
+                },
+            }
+        ]
+    }

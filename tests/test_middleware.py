@@ -266,3 +266,63 @@ def test_own_tag_families_through_the_middleware() -> None:
         "reasoning": "plan",
         "reasoning_details": [{"type": "reasoning.text", "text": "plan", "format": "unknown"}],
     }
+
+
+async def drive(app: Any, headers: list[tuple[bytes, bytes]], pieces: list[bytes]) -> list[Message]:
+    """One raw ASGI request whose body arrives in ``pieces``; returns the messages the app sent."""
+    incoming = [{"type": "http.request", "body": p, "more_body": i < len(pieces) - 1} for i, p in enumerate(pieces)]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope: Scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+        "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
+    }  # fmt: skip
+    with anyio.fail_after(10):
+        await app(scope, receive, send)
+    return sent
+
+
+async def test_a_chunked_request_rewritten_reaches_the_app_with_its_length_only() -> None:
+    seen: list[tuple[list[tuple[bytes, bytes]], bytes]] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        message = await receive()
+        seen.append((scope["headers"], message["body"]))
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    raw = json.dumps(REQUEST).encode()
+    headers = [(b"content-type", b"application/json"), (b"transfer-encoding", b"chunked")]
+    await drive(ReasoningMiddleware(app, provider="openrouter"), headers, [raw[:10], raw[10:40], raw[40:]])
+    expected = (
+        b'{"model":"m","reasoning":{"effort":"high"},'
+        b'"messages":[{"role":"assistant","content":"Hi","reasoning":"Think."}]}'
+    )
+    assert seen == [
+        ([(b"content-type", b"application/json"), (b"content-length", str(len(expected)).encode())], expected)
+    ]
+
+
+async def test_an_unchanged_json_response_keeps_its_start_message() -> None:
+    start = {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"11"), (b"etag", b'"v1"')],
+    }
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        await send(start)
+        await send({"type": "http.response.body", "body": b'{"ok":true}'})
+
+    raw = b'{"model":"m","messages":[]}'
+    sent = await drive(ReasoningMiddleware(app), [(b"content-type", b"application/json")], [raw])
+    assert sent == [start, {"type": "http.response.body", "body": b'{"ok":true}', "more_body": False}]
+    assert sent[0] is start

@@ -230,3 +230,23 @@ def test_probe_never_passes_a_body_the_rules_would_change(body: dict[str, Any]) 
     assert (changed, controls.present, plain) == (False, False, body.get("stream") is True)
     for name in ("deepseek", "anthropic", "zai"):
         assert normalize_body(json.loads(raw), get_provider(name), len(raw))[1] is False
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "m\xff"}',  # a plain body: the probe skips the string, the UTF-8 check catches it
+        b'{"model": "m\xff", "reasoning_effort": "low"}',  # decoded whole
+        b'{"model": "\xed\xa0\x80"}',  # an encoded surrogate is not UTF-8 either
+    ],
+)
+def test_invalid_utf8_is_400_on_every_path(raw: bytes) -> None:
+    with pytest.raises(ApiError) as info:
+        prepare_request(raw, OPENROUTER)
+    assert (info.value.status, info.value.code, info.value.param) == (400, "invalid_json", None)
+
+
+def test_invalid_utf8_message_names_the_byte() -> None:
+    with pytest.raises(ApiError) as info:
+        prepare_request(b'{"model": "ok \xc3\xa9 \xff"}', OPENROUTER)
+    assert info.value.message == "The request body is not valid UTF-8 (byte 17); send UTF-8 encoded JSON."

@@ -22,6 +22,29 @@ def not_json(exc: msgspec.DecodeError) -> ApiError:
     return ApiError(400, "invalid_json", f"The request body is not valid JSON ({exc}); send a JSON object.", None)
 
 
+def not_utf8(exc: UnicodeDecodeError) -> ApiError:
+    """The 400 ``invalid_json`` error for a request body that is not UTF-8 (RFC 8259 section 8.1)."""
+    return ApiError(
+        400,
+        "invalid_json",
+        f"The request body is not valid UTF-8 (byte {exc.start}); send UTF-8 encoded JSON.",
+        None,
+    )
+
+
+def check_utf8(body: bytes) -> None:
+    """Check that ``body`` is UTF-8, for a path that skipped strings without decoding them.
+
+    Raises:
+        ApiError: 400 ``invalid_json`` naming the offset of the first invalid byte.
+    """
+    if not body.isascii():
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise not_utf8(exc) from None
+
+
 def too_deep() -> ApiError:
     """The 400 ``invalid_json`` error for a request body nested deeper than the decoder's recursion limit."""
     return ApiError(400, "invalid_json", "The request body is nested too deeply to decode; flatten it.", None)

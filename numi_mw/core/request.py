@@ -64,7 +64,7 @@ def probe_plain(body: bytes) -> bool | None:
         decode it. Otherwise the value of ``"stream": true`` (``True``, or ``False`` for anything else).
 
     Raises:
-        ApiError: 400 ``invalid_json`` when ``body`` is not JSON.
+        ApiError: 400 ``invalid_json`` when ``body`` is not JSON or not UTF-8.
     """
     try:
         probe = _probe_decoder.decode(body)
@@ -79,6 +79,7 @@ def probe_plain(body: bytes) -> bool | None:
     for message in probe.messages:
         if message.reasoning or message.reasoning_content:
             return None
+    codec.check_utf8(body)  # msgspec does not validate the strings it skips
     return probe.stream is True
 
 

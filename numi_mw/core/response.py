@@ -67,6 +67,19 @@ def response_mode(status: int, content_type: str | None) -> Mode:
     return "pass"
 
 
+_BACKSLASH = 0x5C
+
+
+def may_hold_reasoning(data: bytes) -> bool:
+    """Whether the JSON bytes ``data`` may hold a reasoning field, decided without decoding.
+
+    Every field the response rules read contains ``reasoning``; a ``\\u`` escape could spell such a key, so
+    bytes with one count too. ``find`` and a one-byte ``in`` (a memchr) are used because ``bytes.__contains__``
+    with a longer needle is slower.
+    """
+    return data.find(b"reasoning") >= 0 or (_BACKSLASH in data and data.find(b"\\u") >= 0)
+
+
 _NO_DECODER = SSEDecoder()
 _NO_NORMALIZER = ChunkNormalizer()
 """Placeholders for the ``json`` and ``pass`` modes, which never use them (saves building them per response)."""
@@ -142,7 +155,7 @@ class ResponseRewriter:
         """The bytes to send for one event with ``data``, whose original bytes are ``raw``."""
         if data == b"[DONE]":
             return self._closing_chunks() + raw
-        if self.options.think is None and data.find(b"reasoning") < 0:  # find: faster than ``in`` on bytes
+        if self.options.think is None and not may_hold_reasoning(data):
             return raw
         value = codec.decode_lenient(data)
         if value is codec.UNDECODABLE:
@@ -166,10 +179,11 @@ def normalize_completion_body(body: bytes, options: ResponseOptions) -> bytes:
     """The client's bytes for a whole buffered chat completion ``body`` (spec 004 "Response fields").
 
     Returns ``body`` itself (the same object) when nothing changes, which is decided without decoding for a
-    body that never mentions ``reasoning`` (with no ``exclude`` and no think splitting); a body that is not JSON
-    is returned unchanged. Otherwise ``completion.normalize_completion`` applies and the result is re-encoded.
+    body that cannot hold a reasoning field (``may_hold_reasoning``; with no ``exclude`` and no think
+    splitting); a body that is not JSON is returned unchanged. Otherwise ``completion.normalize_completion``
+    applies and the result is re-encoded.
     """
-    if not options.exclude and options.think is None and body.find(b"reasoning") < 0:
+    if not options.exclude and options.think is None and not may_hold_reasoning(body):
         return body
     value = codec.decode_lenient(body)
     if value is codec.UNDECODABLE:
