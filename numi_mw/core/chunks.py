@@ -26,7 +26,7 @@ A chunk that needs no change is reported as unchanged, so the shell can send its
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from numi_mw.core.details import FILLED_KEYS, DetailsRebuilder
 from numi_mw.core.reasoning_text import REASONING_KEYS, ThinkTags, visible_text
@@ -35,17 +35,40 @@ from numi_mw.core.think import Piece, ThinkSplitter
 UNCHANGED = None
 """What ``ChunkNormalizer.chunk`` returns for a chunk that leaves as it came."""
 
-_GROWING = frozenset(("type", "text", "index"))
-_SLOW = object()
+_SLOW: list[dict[str, Any]] = []
+"""What ``ChunkNormalizer._fast`` returns for a chunk it leaves to the general path (compared by identity; a
+list, so that the fast path's result needs no cast)."""
+
+
+_NO_TEXT = False
+"""The stream's rebuilders keep no text (``DetailsRebuilder(track_text=False)``): they only say where each
+fragment goes, and memory stays constant in the stream's length. Rule 1's append then changes nothing in them,
+so the fast path does not call ``DetailsRebuilder.extend``."""
 
 
 @dataclass(slots=True)
 class _Choice:
     """The per-choice state of one stream."""
 
-    rebuilder: DetailsRebuilder = field(default_factory=lambda: DetailsRebuilder(track_text=False))
+    rebuilder: DetailsRebuilder = field(default_factory=lambda: DetailsRebuilder(track_text=_NO_TEXT))
     splitter: ThinkSplitter | None = None
     finished: bool = False
+
+
+class _ChoiceStates(dict[Any, _Choice]):
+    """The per-choice states of one stream by choice ``index``; a state is made on first use (``__missing__``,
+    so that a lookup of a known choice stays a plain dict lookup)."""
+
+    __slots__ = ("think",)
+
+    def __init__(self, think: ThinkTags | None) -> None:
+        super().__init__()
+        self.think = think
+
+    def __missing__(self, index: Any) -> _Choice:
+        state = _Choice(splitter=self.think.splitter() if self.think is not None else None)
+        self[index] = state
+        return state
 
 
 class ChunkNormalizer:
@@ -56,20 +79,14 @@ class ChunkNormalizer:
         think: split reasoning tags out of ``delta.content`` with these settings; ``None`` leaves content as is.
     """
 
-    __slots__ = ("_choices", "_envelope", "exclude", "think")
+    __slots__ = ("_choices", "_envelope", "_plain", "exclude", "think")
 
     def __init__(self, *, exclude: bool = False, think: ThinkTags | None = None) -> None:
         self.exclude = exclude
         self.think = think
-        self._choices: dict[Any, _Choice] = {}
+        self._plain = think is None and not exclude  # the fast path applies
+        self._choices = _ChoiceStates(think)
         self._envelope: dict[str, Any] | None = None
-
-    def _choice(self, index: Any) -> _Choice:
-        state = self._choices.get(index)
-        if state is None:
-            state = _Choice(splitter=self.think.splitter() if self.think is not None else None)
-            self._choices[index] = state
-        return state
 
     def chunk(self, data: Any) -> list[dict[str, Any]] | None:
         """Normalize one decoded chunk.
@@ -87,10 +104,10 @@ class ChunkNormalizer:
         if not isinstance(choices, list) or not choices:
             return UNCHANGED
         self._envelope = data
-        if len(choices) == 1 and self.think is None and not self.exclude:
+        if len(choices) == 1 and self._plain:
             fast = self._fast(data, choices[0])
             if fast is not _SLOW:
-                return cast("list[dict[str, Any]] | None", fast)
+                return fast
         results: list[list[Any]] = []
         changed = False
         for choice in choices:
@@ -113,9 +130,10 @@ class ChunkNormalizer:
                 chunk["usage"] = None
         return chunks
 
-    def _fast(self, data: dict[str, Any], choice: Any) -> Any:
-        """The common reasoning chunk (one choice, one unsigned text fragment or a plain ``reasoning`` string),
-        handled without the general machinery; ``_SLOW`` for anything else. Same output as the general path."""
+    def _fast(self, data: dict[str, Any], choice: Any) -> list[dict[str, Any]] | None:
+        """The common reasoning chunk (one choice; one unsigned text fragment, with ``reasoning`` the same text or
+        absent, or a plain ``reasoning`` / ``reasoning_content`` string), handled without the general machinery;
+        ``_SLOW`` for anything else. Same output as the general path, key order included."""
         if type(choice) is not dict:
             return _SLOW
         delta = choice.get("delta")
@@ -133,7 +151,7 @@ class ChunkNormalizer:
                 return [data]
             if type(plain) is not str:
                 return _SLOW
-            entry = self._plain_entry(self._choice(choice.get("index", 0)), plain)
+            entry = self._plain_entry(self._choices[choice.get("index", 0)], plain)
             fields: dict[str, Any] = {}
             for key, value in delta.items():
                 if key == "reasoning_content":
@@ -150,20 +168,24 @@ class ChunkNormalizer:
             if type(fragment) is not dict or fragment.get("type") != "reasoning.text" or "signature" in fragment:
                 return _SLOW
             text = fragment.get("text")
-            if type(text) is not str or not text or reasoning != text:
+            if type(text) is not str or not text:
                 return _SLOW
-            rebuilder = self._choice(choice.get("index", 0)).rebuilder
+            shown = reasoning == text
+            if not shown:
+                if reasoning is not None and reasoning != "":
+                    return _SLOW
+                delta["reasoning"] = text  # details only (Anthropic-style): their text becomes delta.reasoning
+            rebuilder = self._choices[choice.get("index", 0)].rebuilder
             pos = rebuilder.open_text
-            if pos >= 0:  # rule 1 extends the open detail: only type, text and index go out
-                rebuilder.extend(pos, text)
-                if len(fragment) == 3 and fragment.get("index") == pos:
+            if pos >= 0:  # rule 1 extends the open detail (no call: _NO_TEXT): only type, text and index go out
+                if shown and len(fragment) == 3 and fragment.get("index") == pos:
                     return UNCHANGED
                 delta["reasoning_details"] = [{"type": "reasoning.text", "text": text, "index": pos}]
                 return [data]
             where = ("new", len(rebuilder.details))
             if fragment.get("index") == where[1]:
                 rebuilder.add(fragment, where)
-                return UNCHANGED
+                return UNCHANGED if shown else [data]
             entry = dict(fragment)
             entry["index"] = where[1]
             rebuilder.add(entry, where)
@@ -172,7 +194,7 @@ class ChunkNormalizer:
         if details == [] and (reasoning is None or reasoning == ""):
             return UNCHANGED  # nothing visible, no fragment (OpenRouter's content chunks)
         if "reasoning_details" not in delta and type(reasoning) is str and reasoning:
-            delta["reasoning_details"] = [self._plain_entry(self._choice(choice.get("index", 0)), reasoning)]
+            delta["reasoning_details"] = [self._plain_entry(self._choices[choice.get("index", 0)], reasoning)]
             return [data]
         return _SLOW
 
@@ -183,13 +205,12 @@ class ChunkNormalizer:
         pos = rebuilder.open_text
         if pos < 0:
             return self._emit(state, {"type": "reasoning.text", "text": text, "format": "unknown"})
-        rebuilder.extend(pos, text)
-        return {"type": "reasoning.text", "text": text, "index": pos}
+        return {"type": "reasoning.text", "text": text, "index": pos}  # rule 1 extends it (no call: _NO_TEXT)
 
     def _normalize_choice(self, choice: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The choice entries to send for ``choice`` (one per delta, in order), or ``UNCHANGED``."""
         delta: dict[str, Any] = choice["delta"]
-        state = self._choice(choice.get("index", 0))
+        state = self._choices[choice.get("index", 0)]
         finishing = choice.get("finish_reason") is not None
         content = delta.get("content")
         splitter = state.splitter
@@ -286,9 +307,8 @@ class ChunkNormalizer:
         if action == "new":
             entry = dict(fragment)
             entry["index"] = pos
-        elif action == "extend":
-            entry = {k: v for k, v in fragment.items() if k in _GROWING}
-            entry["index"] = pos
+        elif action == "extend":  # rule 1: only the growing fields, in one order on every path
+            entry = {"type": "reasoning.text", "text": fragment["text"], "index": pos}
         else:
             target = state.rebuilder.details[pos]
             entry = {"type": fragment.get("type")}

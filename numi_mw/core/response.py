@@ -80,6 +80,8 @@ def may_hold_reasoning(data: bytes) -> bool:
     return data.find(b"reasoning") >= 0 or (_BACKSLASH in data and data.find(b"\\u") >= 0)
 
 
+_decode = codec.decoder.decode
+
 _NO_DECODER = SSEDecoder()
 _NO_NORMALIZER = ChunkNormalizer()
 """Placeholders for the ``json`` and ``pass`` modes, which never use them (saves building them per response)."""
@@ -97,7 +99,7 @@ class ResponseRewriter:
     the body has no fixed length any more.
     """
 
-    __slots__ = ("_buffer", "_decoder", "_done", "_normalizer", "mode", "options")
+    __slots__ = ("_buffer", "_decoder", "_done", "_normalizer", "_prefilter", "mode", "options")
 
     def __init__(self, options: ResponseOptions, mode: Mode) -> None:
         self.options = options
@@ -107,6 +109,7 @@ class ResponseRewriter:
         self._decoder = SSEDecoder() if sse else _NO_DECODER
         self._normalizer = ChunkNormalizer(exclude=options.exclude, think=options.think) if sse else _NO_NORMALIZER
         self._done = False
+        self._prefilter = options.think is None  # with think splitting every chunk's content is read
 
     @property
     def changes_length(self) -> bool:
@@ -155,10 +158,11 @@ class ResponseRewriter:
         """The bytes to send for one event with ``data``, whose original bytes are ``raw``."""
         if data == b"[DONE]":
             return self._closing_chunks() + raw
-        if self.options.think is None and not may_hold_reasoning(data):
+        if self._prefilter and not may_hold_reasoning(data):
             return raw
-        value = codec.decode_lenient(data)
-        if value is codec.UNDECODABLE:
+        try:  # codec.decode_lenient, inlined: this runs once per event
+            value = _decode(data)
+        except (msgspec.DecodeError, RecursionError):
             return raw
         chunks = self._normalizer.chunk(value)
         if chunks is UNCHANGED:
