@@ -122,9 +122,9 @@ class SSEDecoder:
         """The data of ``chunk`` when it is exactly one whole event of one ``data:`` line, else ``None``.
 
         The fast path for upstreams that send one event per chunk (most do): no ``SSEEvent`` is built. Only
-        taken at an event boundary (nothing buffered, past the stream's first line) and when ``chunk`` has no
-        ``\r``; when it returns ``None`` nothing was consumed, and ``chunk`` goes to ``feed``. The event's
-        original bytes are ``chunk`` itself.
+        taken at an event boundary (nothing buffered) and when ``chunk`` has no ``\r``; when it returns ``None``
+        nothing was consumed, and ``chunk`` goes to ``feed``. The event's original bytes are ``chunk`` itself. A
+        stream whose first bytes are ``data:`` has no BOM, so the first event can take this path too.
         """
         # Ints for single bytes: ``13 in chunk`` is a memchr, ``b"\r" in chunk`` a general substring search.
         if (
@@ -133,8 +133,8 @@ class SSEDecoder:
             and chunk.startswith(b"data:")
             and _CR not in chunk
             and not self._buf
-            and not self._at_start
         ):
+            self._at_start = False
             return chunk[6:-2] if chunk[5] == _SPACE else chunk[5:-2]
         return None
 
