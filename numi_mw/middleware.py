@@ -58,6 +58,8 @@ class ReasoningMiddleware:
         self.rules = provider if isinstance(provider, ProviderRules) else get_provider(provider)
         self.max_body_bytes = max_body_bytes
         self.think = think_tags_for(self.rules, think_tags, think_start)
+        self._including = ResponseOptions(exclude=False, think=self.think)
+        self._excluding = ResponseOptions(exclude=True, think=self.think)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not is_chat_completions(scope["method"], scope["path"]) or not _is_json(scope):
@@ -75,7 +77,7 @@ class ReasoningMiddleware:
             headers = [(k, v) for k, v in scope["headers"] if k not in _REQUEST_FRAMING]
             headers.append((b"content-length", str(len(prepared.body)).encode()))
             scope = {**scope, "headers": headers}
-        options = ResponseOptions(exclude=prepared.controls.exclude, think=self.think)
+        options = self._excluding if prepared.controls.exclude else self._including
         await self.app(scope, _Replay(prepared.body, receive), _ResponseNormalizer(options, send))
 
     async def _read_body(self, receive: Receive, send: Send) -> bytes | None:
@@ -181,6 +183,10 @@ class _ResponseNormalizer:
             return
         body = b"".join([*self.held, chunk]) if self.held else chunk
         out = normalize_completion_body(body, self.options)
+        if out is chunk:  # unchanged, and it came in one message: both messages go on as they came
+            await self.send(self.start)
+            await self.send(message)
+            return
         start = self.start
         if out is not body:
             headers = [(k, v) for k, v in start.get("headers", ()) if k.lower() != b"content-length"]

@@ -310,19 +310,21 @@ async def test_a_chunked_request_rewritten_reaches_the_app_with_its_length_only(
     ]
 
 
-async def test_an_unchanged_json_response_keeps_its_start_message() -> None:
+async def test_an_unchanged_json_response_keeps_its_messages() -> None:
     start = {
         "type": "http.response.start",
         "status": 200,
         "headers": [(b"content-type", b"application/json"), (b"content-length", b"11"), (b"etag", b'"v1"')],
     }
+    body = {"type": "http.response.body", "body": b'{"ok":true}'}
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await receive()
         await send(start)
-        await send({"type": "http.response.body", "body": b'{"ok":true}'})
+        await send(body)
 
     raw = b'{"model":"m","messages":[]}'
     sent = await drive(ReasoningMiddleware(app), [(b"content-type", b"application/json")], [raw])
-    assert sent == [start, {"type": "http.response.body", "body": b'{"ok":true}', "more_body": False}]
+    assert sent == [start, {"type": "http.response.body", "body": b'{"ok":true}'}]
     assert sent[0] is start
+    assert sent[1] is body
