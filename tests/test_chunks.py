@@ -414,3 +414,15 @@ def test_a_buffered_key_spelled_with_escapes_is_normalized_too() -> None:
             }
         ]
     }
+
+
+def test_a_rewritten_event_keeps_its_comment_retry_and_id_lines() -> None:
+    body = (
+        b": upstream note\nretry: 3000\nid: 41\n"
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"hm"},"finish_reason":null}]}\n\n'
+    )
+    assert rewrite(body) == (
+        b": upstream note\nretry: 3000\nid: 41\n"
+        b'data: {"choices":[{"index":0,"delta":{"reasoning":"hm","reasoning_details":'
+        b'[{"type":"reasoning.text","text":"hm","format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
+    )

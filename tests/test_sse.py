@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event
+from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data
 
 
 def decode(*chunks: bytes) -> list[SSEEvent]:
@@ -405,3 +405,31 @@ def test_recorded_streams(shared_dir: Path, folder: str) -> None:
         else:
             assert all(e.event for e in data_events), path.name
             assert json.loads(data_events[-1].data or b"")["type"] == "message_stop"
+
+
+# --- replace_data: a rewritten event keeps its other lines -----------------------------------------------------
+
+
+def test_replace_data_keeps_every_other_line_in_place() -> None:
+    raw = b": note\r\nid: 7\nretry: 3000\ndata: old one\ndata:old two\nevent: update\n\n"
+    assert replace_data(raw, b'{"a":1}') == b': note\r\nid: 7\nretry: 3000\ndata: {"a":1}\nevent: update\n\n'
+    assert replace_data(raw, b"x\ny") == b": note\r\nid: 7\nretry: 3000\ndata: x\ndata: y\nevent: update\n\n"
+
+
+def test_replace_data_exact_values() -> None:
+    assert replace_data(b"data: old\n\n", b"new") == b"data: new\n\n"
+    assert replace_data(b"data\rretry: 5\r\r", b"new") == b"data: new\nretry: 5\r\r"  # a bare data field
+    assert replace_data(b"\xef\xbb\xbfdata: old\n\n", b"new") == b"data: new\n\n"  # the BOM opened a data line
+    assert replace_data(b"\xef\xbb\xbf: c\ndata: old\n\n", b"new") == b"\xef\xbb\xbf: c\ndata: new\n\n"
+    assert replace_data(b"database: x\ndata: old\n\n", b"new") == b"database: x\ndata: new\n\n"  # another field
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b": c", b"id: 1", b"retry: 9", b"event: e", b"data: d", b"data", b"x-y: z"])))
+def test_replace_data_decodes_to_the_new_data_and_the_same_fields(lines: list[bytes]) -> None:
+    raw = b"".join(line + b"\n" for line in [*lines, b"data: old"]) + b"\n"
+    [before] = SSEDecoder().feed(raw)
+    [after] = SSEDecoder().feed(replace_data(raw, b"new\nlines"))
+    assert (after.data, after.event, after.id) == (b"new\nlines", before.event, before.id)
+    kept = [line for line in raw.split(b"\n") if not line.startswith(b"data")]
+    assert [line for line in after.raw.split(b"\n") if not line.startswith(b"data")] == kept

@@ -21,7 +21,7 @@ from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
 from numi_mw.core.completion import normalize_completion
 from numi_mw.core.providers import ProviderRules
 from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
-from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event
+from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data
 
 Mode = Literal["sse", "json", "pass"]
 
@@ -68,6 +68,9 @@ def response_mode(status: int, content_type: str | None) -> Mode:
 
 
 _BACKSLASH = 0x5C
+_ONE_DATA_LINE = len(b"data: \n\n")
+"""An event's bytes beyond its data: at most this many when it is one ``data: `` line and its blank line, since
+any other line (a comment, another field, a second data line, a ``\r\n`` line end) adds at least two bytes."""
 
 
 def may_hold_reasoning(data: bytes) -> bool:
@@ -167,11 +170,16 @@ class ResponseRewriter:
         chunks = self._normalizer.chunk(value)
         if chunks is UNCHANGED:
             return raw
-        if event is None and id is None:
+        if len(raw) - len(data) <= _ONE_DATA_LINE:  # the event is one data line and its blank line, no more
             if len(chunks) == 1:
                 return b"data: " + codec.encode(chunks[0]) + b"\n\n"
             return b"".join([b"data: " + codec.encode(chunk) + b"\n\n" for chunk in chunks])
-        return b"".join([encode_event(codec.encode(chunk), event=event, id=id) for chunk in chunks])
+        if not chunks:
+            return b""
+        # Other lines (comments, event, id, retry) stay with the first chunk; the ones it fans out to repeat
+        # only event and id.
+        first = replace_data(raw, codec.encode(chunks[0]))
+        return first + b"".join([encode_event(codec.encode(chunk), event=event, id=id) for chunk in chunks[1:]])
 
     def completion(self, body: bytes) -> bytes:
         """The client's bytes for a whole buffered (``json`` mode) response ``body``

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["SSEDecoder", "SSEEvent", "encode_event"]
+__all__ = ["SSEDecoder", "SSEEvent", "encode_event", "replace_data"]
 
 _BOM = b"\xef\xbb\xbf"
 _LF = 0x0A
@@ -290,10 +290,48 @@ def encode_event(data: bytes, *, event: str | None = None, id: str | None = None
         if "\n" in id or "\r" in id or "\0" in id:
             raise ValueError("an SSE id cannot contain a line end or NUL")
         parts.append(b"id: " + id.encode() + b"\n")
+    parts.append(_data_lines(data))
+    parts.append(b"\n")
+    return b"".join(parts)
+
+
+def _data_lines(data: bytes) -> bytes:
+    """One ``data: `` line per line of ``data`` (split at ``\r\n``, ``\r`` or ``\n``), each ending with ``\n``."""
     if b"\r" in data:
         data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    if b"\n" in data:
-        parts.append(b"data: " + data.replace(b"\n", b"\ndata: ") + b"\n\n")
-    else:
-        parts.append(b"data: " + data + b"\n\n")
-    return b"".join(parts)
+    return b"data: " + data.replace(b"\n", b"\ndata: ") + b"\n"
+
+
+def _is_data_line(line: bytes) -> bool:
+    """Whether ``line`` (without its line end) is a ``data`` field line: ``data`` alone or ``data:`` and a value."""
+    return line.startswith(b"data") and (len(line) == 4 or line[4] == 0x3A)
+
+
+def replace_data(raw: bytes, data: bytes) -> bytes:
+    """The event ``raw`` with new data: its ``data`` lines replaced by the lines of ``data``, all else kept.
+
+    Comments, ``event``, ``id``, ``retry`` and unknown field lines keep their bytes, line ends and places; the
+    new ``data: `` lines (``\n`` line ends, as ``encode_event`` writes them) stand where the first old ``data``
+    line stood, and the event's blank line ends it as before. A stream's leading UTF-8 BOM is dropped when it
+    opens a replaced line. This is how a rewritten event loses none of its other lines (DESIGN.md decision 4).
+
+    Args:
+        raw: one event's original bytes (``SSEEvent.raw``), with at least one ``data`` line.
+        data: the new event data (bytes).
+
+    Returns:
+        The event as bytes.
+    """
+    out: list[bytes] = []
+    placed = False
+    for number, line in enumerate(raw.splitlines(keepends=True)):
+        text = line.rstrip(b"\r\n")
+        if number == 0:
+            text = text.removeprefix(_BOM)
+        if _is_data_line(text):
+            if not placed:
+                out.append(_data_lines(data))
+                placed = True
+        else:
+            out.append(line)
+    return b"".join(out)
