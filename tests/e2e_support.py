@@ -3,7 +3,8 @@
 The replay upstream serves recorded provider traffic as recorded and remembers every request it received.
 Which recording it serves is chosen by the test with request headers (the sidecar forwards them):
 ``x-replay-fixture`` (a path under ``shared/fixtures``), ``x-replay-status``, ``x-replay-delay`` (seconds
-before the response starts) and ``x-replay-drip`` (seconds between SSE events).
+before the response starts), ``x-replay-drip`` (seconds between SSE events) and ``x-replay-break-after`` (the
+number of whole SSE events sent before the connection drops mid-event).
 """
 
 from __future__ import annotations
@@ -87,11 +88,16 @@ class ReplayUpstream:
             return StreamingResponse(
                 iter(pieces), status_code=status, media_type=media_type, headers={"content-encoding": "gzip"}
             )
-        return StreamingResponse(self._events(name, raw, drip), status_code=status, media_type=media_type)
+        cut = request.headers.get("x-replay-break-after")
+        events = self._events(name, raw, drip, None if cut is None else int(cut))
+        return StreamingResponse(events, status_code=status, media_type=media_type)
 
-    async def _events(self, name: str, raw: bytes, drip: float) -> AsyncIterator[bytes]:
+    async def _events(self, name: str, raw: bytes, drip: float, cut: int | None) -> AsyncIterator[bytes]:
         try:
-            for event in split_events(raw):
+            for number, event in enumerate(split_events(raw)):
+                if number == cut:  # half an event, then the connection drops (uvicorn aborts it)
+                    yield event[: len(event) // 2]
+                    raise ConnectionAbortedError("replay: the stream breaks off here")
                 yield event
                 if drip:
                     await anyio.sleep(drip)

@@ -426,3 +426,22 @@ def test_a_rewritten_event_keeps_its_comment_retry_and_id_lines() -> None:
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"hm","reasoning_details":'
         b'[{"type":"reasoning.text","text":"hm","format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
     )
+
+
+def test_a_broken_off_stream_ends_with_held_text_then_the_error_event() -> None:
+    from numi_mw.core.errors import ApiError
+    from numi_mw.core.response import ResponseOptions, ResponseRewriter
+
+    rewriter = ResponseRewriter(ResponseOptions(think=ThinkTags()), "sse")
+    sent = rewriter.feed(
+        b'data: {"choices":[{"index":0,"delta":{"content":"Hi <thi"},"finish_reason":null}]}\n\ndata: {"choi'
+    )
+    assert sent == b'data: {"choices":[{"index":0,"delta":{"content":"Hi "},"finish_reason":null}]}\n\n'
+    error = ApiError(502, "upstream_unavailable", "gone")
+    # the splitter's held "<thi" goes out as the content it turned out to be; the half event is dropped
+    assert rewriter.fail(error) == (
+        b'data: {"choices":[{"index":0,"delta":{"content":"<thi"},"finish_reason":null}]}\n\n'
+        b'data: {"error":{"message":"gone","type":"api_error","code":"upstream_unavailable","param":null}}\n\n'
+    )
+    assert ResponseRewriter(ResponseOptions(), "json").fail(error) == b""
+    assert ResponseRewriter(ResponseOptions(), "pass").fail(error) == b""

@@ -21,7 +21,7 @@ import pytest
 from numi_mw.core.details import rebuild_reasoning_details
 from numi_mw.proxy import create_app
 from tests.e2e_support import MODELS, ReplayUpstream, fixture_body, free_port, sidecar, split_events
-from tests.response_support import client_view, rewrite, rewrite_json, sse_chunks
+from tests.response_support import client_view, rewrite, rewrite_by_event, rewrite_json, sse_chunks
 
 
 @pytest.fixture(scope="module")
@@ -301,6 +301,54 @@ def test_bad_bodies_get_400_and_are_not_forwarded(
     assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", code, param)
     assert error["message"]
     assert len(upstream.received) == before
+
+
+BROKEN = {
+    "error": {
+        "message": "The upstream stream ended early; the answer is incomplete.",
+        "type": "api_error",
+        "code": "upstream_unavailable",
+        "param": None,
+    }
+}
+
+
+def test_a_stream_the_upstream_breaks_off_ends_with_an_error_event(
+    shared_dir: Path, upstream: ReplayUpstream, openrouter_sidecar: str
+) -> None:
+    fixture = "openai-chat/deepseek-reasoner-reasoning-content.sse"
+    events = split_events(fixture_body(fixture)[0])
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    with httpx.Client(timeout=10) as http:
+        response = http.post(
+            f"{openrouter_sidecar}/chat/completions",
+            json=body,
+            headers={"x-replay-fixture": fixture, "x-replay-break-after": "5"},
+        )
+    assert response.status_code == 200
+    # the five whole events, normalized; the half event is dropped; then the error event, and no [DONE]
+    assert response.content == rewrite_by_event(b"".join(events[:5])) + (
+        b"data: " + json.dumps(BROKEN, separators=(",", ":")).encode() + b"\n\n"
+    )
+
+
+def test_the_openai_sdk_raises_on_a_broken_off_stream(upstream: ReplayUpstream, client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "Hi"}],
+        stream=True,
+        extra_headers={
+            "x-replay-fixture": "openai-chat/deepseek-reasoner-reasoning-content.sse",
+            "x-replay-break-after": "5",
+        },
+    )
+    received = []
+    with pytest.raises(openai.APIError) as info:
+        for chunk in stream:
+            received.append(chunk)
+    assert len(received) == 5
+    assert info.value.message == BROKEN["error"]["message"]
+    assert info.value.body == BROKEN["error"]
 
 
 def test_upstream_error_is_passed_through_unchanged(upstream: ReplayUpstream, client: openai.OpenAI) -> None:

@@ -19,6 +19,7 @@ import msgspec
 from numi_mw.core import codec
 from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
 from numi_mw.core.completion import normalize_completion
+from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules
 from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
 from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data
@@ -146,6 +147,21 @@ class ResponseRewriter:
         if not self._done:
             out.append(self._closing_chunks())
         return b"".join(out)
+
+    def fail(self, error: ApiError) -> bytes:
+        """The upstream body broke off (the shell's read failed); return the last bytes to send.
+
+        In ``sse`` mode: text a think splitter still held, then one event whose data is ``error``'s OpenAI-style
+        body (``{"error": {...}}``), which is how OpenAI and OpenRouter report an error after a stream started;
+        the openai SDK raises ``APIError`` on it instead of ending as if the answer were complete. Bytes of an
+        unfinished event are dropped (they never made an event). In the other modes ``b""``: a shell sends a
+        ``json`` body only once it is whole, and ``pass`` bytes are not ours to add to.
+        """
+        if self.mode != "sse":
+            return b""
+        held = b"" if self._done else self._closing_chunks()
+        self._done = True
+        return held + encode_event(error.to_bytes())
 
     def _closing_chunks(self) -> bytes:
         self._done = True

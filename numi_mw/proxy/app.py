@@ -56,9 +56,14 @@ def _error_response(error: ApiError) -> Response:
     return Response(error.to_bytes(), status_code=error.status, media_type="application/json")
 
 
-def _upstream_error(status: int, message: str) -> Response:
+def _upstream_failure(status: int, message: str) -> ApiError:
     """502 ``upstream_unavailable`` or 504 ``upstream_timeout`` (DESIGN.md error table)."""
-    return _error_response(ApiError(status, "upstream_timeout" if status == 504 else "upstream_unavailable", message))
+    return ApiError(status, "upstream_timeout" if status == 504 else "upstream_unavailable", message)
+
+
+def _upstream_error(status: int, message: str) -> Response:
+    """The response for ``_upstream_failure``."""
+    return _error_response(_upstream_failure(status, message))
 
 
 def _no_cookies() -> CookieJar:
@@ -272,8 +277,16 @@ async def _relay_rewritten(upstream: httpx.Response, rewriter: ResponseRewriter)
             yield tail
     except httpx.RequestError as exc:
         log.warning("upstream stream ended early: %s", exc)
+        yield rewriter.fail(_broken_stream(exc))
     finally:
         await upstream.aclose()
+
+
+def _broken_stream(exc: httpx.RequestError) -> ApiError:
+    """The error event's error for a stream the upstream broke off after it started (the status was sent)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return _upstream_failure(504, "The upstream stopped sending the stream in time; the answer is incomplete.")
+    return _upstream_failure(502, "The upstream stream ended early; the answer is incomplete.")
 
 
 def _json_response(data: Any) -> Response:
