@@ -286,6 +286,8 @@ def _broken_stream(exc: httpx.RequestError) -> ApiError:
     """The error event's error for a stream the upstream broke off after it started (the status was sent)."""
     if isinstance(exc, httpx.TimeoutException):
         return _upstream_failure(504, "The upstream stopped sending the stream in time; the answer is incomplete.")
+    if isinstance(exc, httpx.DecodingError):
+        return _upstream_failure(502, "The upstream stream could not be decoded; the answer is incomplete.")
     return _upstream_failure(502, "The upstream stream ended early; the answer is incomplete.")
 
 
