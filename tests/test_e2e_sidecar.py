@@ -303,14 +303,12 @@ def test_bad_bodies_get_400_and_are_not_forwarded(
     assert len(upstream.received) == before
 
 
-BROKEN = {
-    "error": {
-        "message": "The upstream stream ended early; the answer is incomplete.",
-        "type": "api_error",
-        "code": "upstream_unavailable",
-        "param": None,
-    }
-}
+def server_error(code: str, message: str) -> dict[str, Any]:
+    """The OpenAI-style body of a 5xx error (``type`` ``api_error``, no ``param``)."""
+    return {"error": {"message": message, "type": "api_error", "code": code, "param": None}}
+
+
+BROKEN = server_error("upstream_unavailable", "The upstream stream ended early; the answer is incomplete.")
 
 
 def test_a_stream_the_upstream_breaks_off_ends_with_an_error_event(
@@ -365,28 +363,16 @@ def test_upstream_timeout_is_504(upstream: ReplayUpstream, openrouter_sidecar: s
             f"{openrouter_sidecar}/chat/completions", json={"model": "m"}, headers={"x-replay-delay": "3"}
         )
     assert response.status_code == 504
-    assert response.json() == {
-        "error": {
-            "message": "The upstream did not answer in time; try again later.",
-            "type": "api_error",
-            "code": "upstream_timeout",
-            "param": None,
-        }
-    }
+    assert response.json() == server_error("upstream_timeout", "The upstream did not answer in time; try again later.")
 
 
 def test_unreachable_upstream_is_502() -> None:
     with sidecar(f"http://127.0.0.1:{free_port()}/v1") as base_url, httpx.Client(timeout=10) as http:
         response = http.post(f"{base_url}/chat/completions", json={"model": "m"})
     assert response.status_code == 502
-    assert response.json() == {
-        "error": {
-            "message": "The upstream could not be reached; try again later.",
-            "type": "api_error",
-            "code": "upstream_unavailable",
-            "param": None,
-        }
-    }
+    assert response.json() == server_error(
+        "upstream_unavailable", "The upstream could not be reached; try again later."
+    )
 
 
 def test_client_going_away_closes_the_upstream_stream(
