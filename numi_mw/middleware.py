@@ -77,6 +77,8 @@ class ReasoningMiddleware:
             headers = [(k, v) for k, v in scope["headers"] if k not in _REQUEST_FRAMING]
             headers.append((b"content-length", str(len(prepared.body)).encode()))
             scope = {**scope, "headers": headers}
+        elif any(k == b"accept-encoding" for k, _ in scope["headers"]):
+            scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"accept-encoding"]}
         options = self._excluding if prepared.controls.exclude else self._including
         await self.app(scope, _Replay(prepared.body, receive), _ResponseNormalizer(options, send))
 
@@ -107,7 +109,9 @@ class ReasoningMiddleware:
         return None
 
 
-_REQUEST_FRAMING = (b"content-length", b"transfer-encoding")
+_REQUEST_FRAMING = (b"content-length", b"transfer-encoding", b"accept-encoding")
+"""Request headers a chat completions request loses on its way to the app: the framing of a rewritten body,
+and ``accept-encoding``, so that a compression middleware inside this one leaves the answer readable."""
 
 
 def _is_json(scope: Scope) -> bool:
@@ -166,10 +170,15 @@ class _ResponseNormalizer:
 
     def _begin(self, message: Message) -> None:
         content_type = None
+        encoded = False
         for key, value in message.get("headers", ()):
-            if key.lower() == b"content-type":
+            name = key.lower()
+            if name == b"content-type":
                 content_type = value.decode("latin-1")
-        self.mode = mode = response_mode(message["status"], content_type)
+            elif name == b"content-encoding":
+                encoded = value.strip().lower() not in (b"identity", b"")
+        # a compressed body cannot be read here: it goes out as the app sent it
+        self.mode = mode = "pass" if encoded else response_mode(message["status"], content_type)
         self.start = message
         if mode == "sse":
             self.rewriter = ResponseRewriter(self.options, mode)

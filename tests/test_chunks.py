@@ -445,3 +445,40 @@ def test_a_broken_off_stream_ends_with_held_text_then_the_error_event() -> None:
     )
     assert ResponseRewriter(ResponseOptions(), "json").fail(error) == b""
     assert ResponseRewriter(ResponseOptions(), "pass").fail(error) == b""
+
+
+_EVENT = b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"Hm."},"finish_reason":null}]}'
+_NORMALIZED = (
+    b'data: {"choices":[{"index":0,"delta":{"reasoning":"Hm.","reasoning_details":'
+    b'[{"type":"reasoning.text","text":"Hm.","format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
+)
+_NORMALIZED_NEXT = _NORMALIZED.replace(b',"format":"unknown"', b"")  # rule 1 extends: type, text, index
+_CUT_SHORT = (
+    b'data: {"error":{"message":"The stream ended inside an event; the answer is incomplete.",'
+    b'"type":"api_error","code":"upstream_unavailable","param":null}}\n\n'
+)
+
+
+def test_a_stream_that_ends_inside_an_undecodable_event_ends_with_an_error_event() -> None:
+    # a close-delimited upstream that broke off: the half event is dropped, the client is told
+    assert rewrite(_EVENT + b"\n\n" + b'data: {"choices":[{"index":0,"') == _NORMALIZED + _CUT_SHORT
+    # an unfinished last event that decodes is an event like any other
+    assert rewrite(_EVENT + b"\n\n" + _EVENT) == _NORMALIZED + _NORMALIZED_NEXT
+    assert rewrite(_EVENT + b"\n") == _NORMALIZED
+    # after [DONE] the answer was whole: trailing bytes pass as they came
+    assert rewrite(_EVENT + b"\n\ndata: [DONE]\n\ndata: {") == _NORMALIZED + b"data: [DONE]\n\ndata: {"
+    assert rewrite(b": keep-alive") == b": keep-alive"  # no data: not an event that was cut
+
+
+def test_a_break_keeps_complete_events_and_adds_nothing_after_done() -> None:
+    from numi_mw.core.errors import ApiError
+    from numi_mw.core.response import ResponseOptions, ResponseRewriter
+
+    error = ApiError(502, "upstream_unavailable", "gone")
+    gone = b'data: {"error":{"message":"gone","type":"api_error","code":"upstream_unavailable","param":null}}\n\n'
+    rewriter = ResponseRewriter(ResponseOptions(), "sse")
+    assert rewriter.feed(_EVENT + b"\r\r") == b""  # a last \r waits: a \n may follow
+    assert rewriter.fail(error) == _NORMALIZED + gone  # the held event was complete
+    rewriter = ResponseRewriter(ResponseOptions(), "sse")
+    assert rewriter.feed(_EVENT + b"\n\ndata: [DONE]\n\n") == _NORMALIZED + b"data: [DONE]\n\n"
+    assert rewriter.fail(error) == b""

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import openai
 import pytest
@@ -347,6 +348,31 @@ def test_the_openai_sdk_raises_on_a_broken_off_stream(upstream: ReplayUpstream, 
     assert len(received) == 5
     assert info.value.message == BROKEN["error"]["message"]
     assert info.value.body == BROKEN["error"]
+
+
+async def test_more_concurrent_streams_than_httpx_pools_by_default_all_arrive(
+    upstream: ReplayUpstream, openrouter_sidecar: str
+) -> None:
+    # 110 streams at once, each lasting longer than the sidecar's 2 s timeout (events 0.3 s apart, so no read
+    # waits that long): with httpx's default cap of 100 connections the last 10 would wait for a connection
+    # past the timeout and get 504
+    fixture = "openai-chat/snowflake-claude-sonnet-4.6-reasoning-details.sse"
+    expected = rewrite_by_event(fixture_body(fixture)[0])
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    headers = {"x-replay-fixture": fixture, "x-replay-drip": "0.3"}
+    results: list[tuple[int, bytes]] = []
+
+    async def one(http: httpx.AsyncClient) -> None:
+        response = await http.post(f"{openrouter_sidecar}/chat/completions", json=body, headers=headers)
+        results.append((response.status_code, response.content))
+
+    limits = httpx.Limits(max_connections=None)
+    with anyio.fail_after(60):
+        async with httpx.AsyncClient(timeout=30, limits=limits) as http, anyio.create_task_group() as group:
+            for _ in range(110):
+                group.start_soon(one, http)
+    assert [status for status, _ in results] == [200] * 110
+    assert all(content == expected for _, content in results)
 
 
 def test_upstream_error_is_passed_through_unchanged(upstream: ReplayUpstream, client: openai.OpenAI) -> None:

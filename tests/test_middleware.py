@@ -328,3 +328,40 @@ async def test_an_unchanged_json_response_keeps_its_messages() -> None:
     assert sent == [start, {"type": "http.response.body", "body": b'{"ok":true}'}]
     assert sent[0] is start
     assert sent[1] is body
+
+
+def test_a_compression_middleware_inside_leaves_the_answer_readable() -> None:
+    from starlette.middleware.gzip import GZipMiddleware
+
+    async def answer(request: Request) -> Response:
+        message = {"role": "assistant", "content": "Hi", "reasoning_content": "Think." * 40}
+        return JSONResponse({"choices": [{"index": 0, "message": message}], "headers": dict(request.headers)})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", answer, methods=["POST"])])
+    app.add_middleware(GZipMiddleware, minimum_size=10)
+    app.add_middleware(ReasoningMiddleware, provider="openrouter")  # added last: the outermost
+    body = json.dumps({"model": "m", "messages": [], "reasoning": {"exclude": True}})
+    with TestClient(app) as client:
+        response = client.post("/v1/chat/completions", content=body, headers={"accept-encoding": "gzip"})
+    assert "content-encoding" not in response.headers
+    data = response.json()
+    assert data["choices"] == [{"index": 0, "message": {"role": "assistant", "content": "Hi"}}]
+    assert "accept-encoding" not in data["headers"]
+
+
+async def test_a_response_the_app_compressed_itself_passes_untouched() -> None:
+    start = {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [(b"content-type", b"application/json"), (b"content-encoding", b"gzip")],
+    }
+    body = {"type": "http.response.body", "body": b"\x1f\x8b compressed bytes"}
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        await send(start)
+        await send(body)
+
+    raw = b'{"model":"m","messages":[],"reasoning":{"exclude":true}}'
+    sent = await drive(ReasoningMiddleware(app), [(b"content-type", b"application/json")], [raw])
+    assert sent == [start, body]

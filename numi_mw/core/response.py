@@ -86,6 +86,17 @@ def may_hold_reasoning(data: bytes) -> bool:
 
 _decode = codec.decoder.decode
 
+CUT_SHORT = ApiError(502, "upstream_unavailable", "The stream ended inside an event; the answer is incomplete.")
+"""The error a stream that ends inside an unfinished, undecodable event reports (``ResponseRewriter.finish``)."""
+
+
+def _cut_short(event: SSEEvent) -> bool:
+    """Whether ``event``, left unfinished at the end of a stream, was cut short: it has data that is not
+    ``[DONE]`` and does not decode as JSON."""
+    data = event.data
+    return data is not None and data != b"[DONE]" and codec.decode_lenient(data) is codec.UNDECODABLE
+
+
 _NO_DECODER = SSEDecoder()
 _NO_NORMALIZER = ChunkNormalizer()
 """Placeholders for the ``json`` and ``pass`` modes, which never use them (saves building them per response)."""
@@ -138,12 +149,23 @@ class ResponseRewriter:
         return b"".join([self._event(event) for event in events])
 
     def finish(self) -> bytes:
-        """End of the upstream body; return the last bytes to send."""
+        """End of the upstream body; return the last bytes to send.
+
+        In ``sse`` mode a stream that ends inside an event whose data is not whole JSON (a close-delimited
+        upstream that broke off: nothing else tells it from a normal end) is treated as ``fail`` with
+        ``CUT_SHORT``; before ``[DONE]`` only. An unfinished event that decodes is sent like any other.
+        """
         if self.mode == "pass":
             return b""
         if self.mode == "json":
             return self.completion(b"".join(self._buffer))
-        out = [self._event(event) for event in self._decoder.flush()]
+        events, rest = self._decoder.end()
+        out = [self._event(event) for event in events]
+        if rest is not None:
+            if not self._done and _cut_short(rest):
+                out.append(self._break_off(CUT_SHORT))
+                return b"".join(out)
+            out.append(self._event(rest))
         if not self._done:
             out.append(self._closing_chunks())
         return b"".join(out)
@@ -151,17 +173,23 @@ class ResponseRewriter:
     def fail(self, error: ApiError) -> bytes:
         """The upstream body broke off (the shell's read failed); return the last bytes to send.
 
-        In ``sse`` mode: text a think splitter still held, then one event whose data is ``error``'s OpenAI-style
-        body (``{"error": {...}}``), which is how OpenAI and OpenRouter report an error after a stream started;
-        the openai SDK raises ``APIError`` on it instead of ending as if the answer were complete. Bytes of an
-        unfinished event are dropped (they never made an event). In the other modes ``b""``: a shell sends a
-        ``json`` body only once it is whole, and ``pass`` bytes are not ours to add to.
+        In ``sse`` mode: the events the stream completed, text a think splitter still held, then one event whose
+        data is ``error``'s OpenAI-style body (``{"error": {...}}``), which is how OpenAI and OpenRouter report
+        an error after a stream started; the openai SDK raises ``APIError`` on it instead of ending as if the
+        answer were complete. The bytes of an unfinished event are dropped (they never made an event). After
+        ``[DONE]`` the answer was whole: nothing is added. In the other modes ``b""``: a shell sends a ``json``
+        body only once it is whole, and ``pass`` bytes are not ours to add to.
         """
-        if self.mode != "sse":
+        if self.mode != "sse" or self._done:
             return b""
-        held = b"" if self._done else self._closing_chunks()
-        self._done = True
-        return held + encode_event(error.to_bytes())
+        events, _unfinished = self._decoder.end()
+        out = [self._event(event) for event in events]
+        if not self._done:
+            out.append(self._break_off(error))
+        return b"".join(out)
+
+    def _break_off(self, error: ApiError) -> bytes:
+        return self._closing_chunks() + encode_event(error.to_bytes())
 
     def _closing_chunks(self) -> bytes:
         self._done = True

@@ -174,7 +174,21 @@ class SSEDecoder:
         Returns:
             The remaining events (empty when the stream ended on a blank line).
         """
+        events, rest = self.end()
+        if rest is not None:
+            events.append(rest)
+        return events
+
+    def end(self) -> tuple[list[SSEEvent], SSEEvent | None]:
+        """End the stream, keeping apart what it left unfinished; resets the decoder (``flush`` builds on it).
+
+        Returns:
+            ``(events, rest)``: the events the stream completed (a trailing ``\r`` taken as a line end), and the
+            event after the last blank line, which the stream never finished (its ``raw`` lacks the blank line),
+            or ``None`` when the stream ended on a blank line.
+        """
         events = self._parse(final=True)
+        rest = None
         buf = self._buf
         if buf:
             pos = self._pos
@@ -182,9 +196,9 @@ class SSEDecoder:
                 pos += 3
             if pos < len(buf):
                 self._line(bytes(buf[pos:]))
-            events.append(self._make(bytes(buf)))
+            rest = self._make(bytes(buf))
         self._reset()
-        return events
+        return events, rest
 
     def _make(self, raw: bytes) -> SSEEvent:
         data = b"\n".join(self._data) if self._data else None

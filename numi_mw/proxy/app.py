@@ -45,6 +45,10 @@ log = logging.getLogger("numi_mw.proxy")
 DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 """Upstream timeouts in seconds: 10 to connect, 600 for each read (reasoning can take minutes to start)."""
 
+UPSTREAM_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=100)
+"""Upstream connections: no cap (httpx's default of 100 would make the 101st concurrent stream wait for a free
+connection, up to the read timeout, and then fail with 504); up to 100 idle ones are kept for reuse."""
+
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
 _DROP_REWRITTEN = HOP_BY_HOP | {b"content-length", b"content-encoding"}
@@ -106,6 +110,7 @@ class _Sidecar:
             timeout=self.timeout,
             cookies=_no_cookies(),
             follow_redirects=False,
+            limits=UPSTREAM_LIMITS,
             transport=self.transport,
             trust_env=False,
         ) as client:
