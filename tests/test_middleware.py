@@ -310,6 +310,17 @@ async def test_a_chunked_request_rewritten_reaches_the_app_with_its_length_only(
     ]
 
 
+def replying(*messages: Message) -> Any:
+    """An ASGI app that reads the request, then sends ``messages`` (the very objects) in order."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        for message in messages:
+            await send(message)
+
+    return app
+
+
 async def test_an_unchanged_json_response_keeps_its_messages() -> None:
     start = {
         "type": "http.response.start",
@@ -317,14 +328,8 @@ async def test_an_unchanged_json_response_keeps_its_messages() -> None:
         "headers": [(b"content-type", b"application/json"), (b"content-length", b"11"), (b"etag", b'"v1"')],
     }
     body = {"type": "http.response.body", "body": b'{"ok":true}'}
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        await receive()
-        await send(start)
-        await send(body)
-
     raw = b'{"model":"m","messages":[]}'
-    sent = await drive(ReasoningMiddleware(app), [(b"content-type", b"application/json")], [raw])
+    sent = await drive(ReasoningMiddleware(replying(start, body)), [(b"content-type", b"application/json")], [raw])
     assert sent == [start, {"type": "http.response.body", "body": b'{"ok":true}'}]
     assert sent[0] is start
     assert sent[1] is body
@@ -356,12 +361,6 @@ async def test_a_response_the_app_compressed_itself_passes_untouched() -> None:
         "headers": [(b"content-type", b"application/json"), (b"content-encoding", b"gzip")],
     }
     body = {"type": "http.response.body", "body": b"\x1f\x8b compressed bytes"}
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        await receive()
-        await send(start)
-        await send(body)
-
     raw = b'{"model":"m","messages":[],"reasoning":{"exclude":true}}'
-    sent = await drive(ReasoningMiddleware(app), [(b"content-type", b"application/json")], [raw])
+    sent = await drive(ReasoningMiddleware(replying(start, body)), [(b"content-type", b"application/json")], [raw])
     assert sent == [start, body]
