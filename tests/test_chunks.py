@@ -462,12 +462,30 @@ _CUT_SHORT = (
 def test_a_stream_that_ends_inside_an_undecodable_event_ends_with_an_error_event() -> None:
     # a close-delimited upstream that broke off: the half event is dropped, the client is told
     assert rewrite(_EVENT + b"\n\n" + b'data: {"choices":[{"index":0,"') == _NORMALIZED + _CUT_SHORT
-    # an unfinished last event that decodes is an event like any other
+    # ... or inside a line that is not a data line
+    for cut in (b"da", b": OPENROUTER PROC", b"event: mess"):
+        assert rewrite(_EVENT + b"\n\n" + cut) == _NORMALIZED + _CUT_SHORT, cut
+    # an unfinished last event that decodes is finished with the line ends it lacks and sent like any other
     assert rewrite(_EVENT + b"\n\n" + _EVENT) == _NORMALIZED + _NORMALIZED_NEXT
     assert rewrite(_EVENT + b"\n") == _NORMALIZED
+    content = b'data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}'
+    assert rewrite(content) == content + b"\n\n"  # unchanged, but finished: parsers drop unfinished events
+    assert rewrite(b"id: 7\n" + _EVENT + b"\n") == b"id: 7\n" + _NORMALIZED  # rewritten with its other line
+    assert rewrite(b": note\n") == b": note\n\n"  # a whole comment line: nothing was cut
     # after [DONE] the answer was whole: trailing bytes pass as they came
     assert rewrite(_EVENT + b"\n\ndata: [DONE]\n\ndata: {") == _NORMALIZED + b"data: [DONE]\n\ndata: {"
-    assert rewrite(b": keep-alive") == b": keep-alive"  # no data: not an event that was cut
+
+
+def test_text_a_think_splitter_held_never_joins_an_unfinished_last_event() -> None:
+    body = (
+        b'data: {"choices":[{"index":0,"delta":{"content":"Hi <thi"}}]}\n\n'
+        b'data: {"choices":[],"usage":{"total_tokens":3}}\n'
+    )
+    assert rewrite(body, think=ThinkTags()) == (
+        b'data: {"choices":[{"index":0,"delta":{"content":"Hi "}}]}\n\n'
+        b'data: {"choices":[],"usage":{"total_tokens":3}}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":"<thi"},"finish_reason":null}]}\n\n'
+    )
 
 
 def test_a_break_keeps_complete_events_and_adds_nothing_after_done() -> None:
@@ -482,3 +500,6 @@ def test_a_break_keeps_complete_events_and_adds_nothing_after_done() -> None:
     rewriter = ResponseRewriter(ResponseOptions(), "sse")
     assert rewriter.feed(_EVENT + b"\n\ndata: [DONE]\n\n") == _NORMALIZED + b"data: [DONE]\n\n"
     assert rewriter.fail(error) == b""
+    rewriter = ResponseRewriter(ResponseOptions(), "sse")
+    assert rewriter.feed(_EVENT + b"\n\ndata: [DONE]\n") == _NORMALIZED
+    assert rewriter.fail(error) == b"data: [DONE]\n\n"  # only its blank line was missing: no error

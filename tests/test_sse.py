@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data
+from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, finished, replace_data
 
 
 def decode(*chunks: bytes) -> list[SSEEvent]:
@@ -433,3 +433,17 @@ def test_replace_data_decodes_to_the_new_data_and_the_same_fields(lines: list[by
     assert (after.data, after.event, after.id) == (b"new\nlines", before.event, before.id)
     kept = [line for line in raw.split(b"\n") if not line.startswith(b"data")]
     assert [line for line in after.raw.split(b"\n") if not line.startswith(b"data")] == kept
+
+
+def test_end_keeps_the_unfinished_event_apart_and_finished_finishes_it() -> None:
+    decoder = SSEDecoder()
+    decoder.feed(b"data: a\n\nid: 7\ndata: b")
+    events, rest = decoder.end()
+    assert events == []  # "data: a" was returned by feed
+    assert rest == SSEEvent(raw=b"id: 7\ndata: b", data=b"b", id="7")
+    assert finished(rest) == SSEEvent(raw=b"id: 7\ndata: b\n\n", data=b"b", id="7")
+    assert finished(SSEEvent(raw=b"data: c\r", data=b"c")).raw == b"data: c\r\n"  # the line end was there
+    decoder.feed(b"data: d\r")  # a line, but no blank line after it
+    assert decoder.end() == ([], SSEEvent(raw=b"data: d\r", data=b"d"))
+    decoder.feed(b"data: e\r\r")  # the last \r was held back by feed; at the end it is the blank line
+    assert decoder.end() == ([SSEEvent(raw=b"data: e\r\r", data=b"e")], None)

@@ -22,7 +22,7 @@ from numi_mw.core.completion import normalize_completion
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules
 from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
-from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data
+from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, finished, replace_data
 
 Mode = Literal["sse", "json", "pass"]
 
@@ -92,9 +92,11 @@ CUT_SHORT = ApiError(502, "upstream_unavailable", "The stream ended inside an ev
 
 def _cut_short(event: SSEEvent) -> bool:
     """Whether ``event``, left unfinished at the end of a stream, was cut short: it has data that is not
-    ``[DONE]`` and does not decode as JSON."""
+    ``[DONE]`` and does not decode as JSON, or it has no data and ends inside a line (``da``, ``: OPENROU``)."""
     data = event.data
-    return data is not None and data != b"[DONE]" and codec.decode_lenient(data) is codec.UNDECODABLE
+    if data is None:
+        return not event.raw.endswith((b"\n", b"\r"))
+    return data != b"[DONE]" and codec.decode_lenient(data) is codec.UNDECODABLE
 
 
 _NO_DECODER = SSEDecoder()
@@ -151,9 +153,10 @@ class ResponseRewriter:
     def finish(self) -> bytes:
         """End of the upstream body; return the last bytes to send.
 
-        In ``sse`` mode a stream that ends inside an event whose data is not whole JSON (a close-delimited
-        upstream that broke off: nothing else tells it from a normal end) is treated as ``fail`` with
-        ``CUT_SHORT``; before ``[DONE]`` only. An unfinished event that decodes is sent like any other.
+        In ``sse`` mode a stream that ends inside a line that is not a ``data`` line, or inside an event whose data
+        is not whole JSON (a close-delimited upstream that broke off: nothing else tells it from a normal end),
+        is treated as ``fail`` with ``CUT_SHORT``; before ``[DONE]`` only. Any other unfinished last event is
+        finished with the line ends it lacks (``sse.finished``) and sent like any other.
         """
         if self.mode == "pass":
             return b""
@@ -162,10 +165,13 @@ class ResponseRewriter:
         events, rest = self._decoder.end()
         out = [self._event(event) for event in events]
         if rest is not None:
-            if not self._done and _cut_short(rest):
+            if self._done:  # after [DONE] the answer was whole: trailing bytes go as they came
+                out.append(self._event(rest))
+            elif _cut_short(rest):
                 out.append(self._break_off(CUT_SHORT))
                 return b"".join(out)
-            out.append(self._event(rest))
+            else:
+                out.append(self._event(finished(rest)))
         if not self._done:
             out.append(self._closing_chunks())
         return b"".join(out)
@@ -182,7 +188,9 @@ class ResponseRewriter:
         """
         if self.mode != "sse" or self._done:
             return b""
-        events, _unfinished = self._decoder.end()
+        events, rest = self._decoder.end()
+        if rest is not None and rest.data == b"[DONE]":  # only its blank line was missing: the answer was whole
+            events.append(finished(rest))
         out = [self._event(event) for event in events]
         if not self._done:
             out.append(self._break_off(error))

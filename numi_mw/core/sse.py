@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["SSEDecoder", "SSEEvent", "encode_event", "replace_data"]
+__all__ = ["SSEDecoder", "SSEEvent", "encode_event", "finished", "replace_data"]
 
 _BOM = b"\xef\xbb\xbf"
 _LF = 0x0A
@@ -307,6 +307,16 @@ def encode_event(data: bytes, *, event: str | None = None, id: str | None = None
     parts.append(_data_lines(data))
     parts.append(b"\n")
     return b"".join(parts)
+
+
+def finished(event: SSEEvent) -> SSEEvent:
+    """An event a stream left unfinished (``SSEDecoder.end``), finished: its ``raw`` bytes with the line end
+    its last line lacks, if any, and the blank line that ends an event (``\n`` each). Sent at the end of a
+    stream, it is an event to every SSE parser; unfinished, parsers drop it (WHATWG), and anything sent after
+    it would join it."""
+    raw = event.raw
+    end = b"\n" if raw.endswith((b"\n", b"\r")) else b"\n\n"
+    return SSEEvent(raw + end, event.data, event.event, event.id, event.is_comment_only)
 
 
 def _data_lines(data: bytes) -> bytes:
