@@ -503,3 +503,33 @@ def test_a_break_keeps_complete_events_and_adds_nothing_after_done() -> None:
     rewriter = ResponseRewriter(ResponseOptions(), "sse")
     assert rewriter.feed(_EVENT + b"\n\ndata: [DONE]\n") == _NORMALIZED
     assert rewriter.fail(error) == b"data: [DONE]\n\n"  # only its blank line was missing: no error
+
+
+def test_a_lone_surrogate_is_normalized_and_carried_as_its_escape() -> None:
+    # JavaScript servers split an emoji's UTF-16 pair across chunks; msgspec refuses a lone half
+    first = b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"a\\ud83d"},"finish_reason":null}]}\n\n'
+    second = b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"\\ude00b"},"finish_reason":null}]}\n\n'
+    assert rewrite(first + second) == (
+        b'data: {"choices":[{"index":0,"delta":{"reasoning":"a\\ud83d","reasoning_details":'
+        b'[{"type":"reasoning.text","text":"a\\ud83d","format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning":"\\ude00b","reasoning_details":'
+        b'[{"type":"reasoning.text","text":"\\ude00b","index":0}]},"finish_reason":null}]}\n\n'
+    )
+    excluded = b'data: {"choices":[{"index":0,"delta":{"reasoning":"\\ud83d","content":"x"},"finish_reason":null}]}\n\n'
+    assert (
+        rewrite(excluded, exclude=True)
+        == b'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'
+    )
+    # what neither decoder holds still passes as it came
+    huge = b'data: {"choices":[{"index":0,"delta":{"reasoning":"\\u0061","n":1e400},"finish_reason":null}]}\n\n'
+    assert rewrite(huge) == huge
+
+
+def test_a_buffered_completion_with_a_lone_surrogate_is_normalized() -> None:
+    from tests.response_support import rewrite_json
+
+    body = b'{"choices":[{"index":0,"message":{"content":"\\u00e9","reasoning_content":"\\ud83d"}}]}'
+    assert rewrite_json(body) == (
+        b'{"choices":[{"index":0,"message":{"content":"\\u00e9","reasoning":"\\ud83d","reasoning_details":'
+        b'[{"type":"reasoning.text","text":"\\ud83d","format":"unknown"}]}}]}'
+    )

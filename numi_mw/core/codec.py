@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import msgspec
@@ -51,12 +53,43 @@ def too_deep() -> ApiError:
 
 
 def decode_lenient(data: bytes) -> Any:
-    """Decode JSON ``data`` to builtins, or ``UNDECODABLE`` when it is not JSON or nested too deeply (the
-    response side then passes the original bytes through)."""
+    """Decode JSON ``data`` to builtins for the response side, or ``UNDECODABLE`` (the original bytes then pass
+    through).
+
+    msgspec first. What msgspec refuses and the standard library's ``json`` reads is accepted too when it holds
+    a ``\\u`` escape: a lone UTF-16 surrogate (``"\\ud83d"``), which servers written in JavaScript send when a
+    stream splits an emoji between two chunks. Such strings hold surrogates, so encode the result with
+    ``encode_lenient``. Numbers no float holds (``1e400``), ``NaN`` and ``Infinity`` stay refused.
+    """
     try:
         return decoder.decode(data)
     except (msgspec.DecodeError, RecursionError):
+        if b"\\u" not in data:
+            return UNDECODABLE
+    try:
+        return json.loads(data.decode("utf-8"), parse_float=_finite_float, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
         return UNDECODABLE
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text} does not fit a float")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"{text} is not JSON")
+
+
+def encode_lenient(value: Any) -> bytes:
+    """``encode``, or for a value holding lone surrogates (from ``decode_lenient``) the standard library's
+    compact JSON with ASCII escapes, which carries them as the ``\\u`` escapes they came as."""
+    try:
+        return encoder.encode(value)
+    except UnicodeEncodeError:
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode()
 
 
 UNDECODABLE: Any = object()

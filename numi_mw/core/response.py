@@ -201,7 +201,7 @@ class ResponseRewriter:
 
     def _closing_chunks(self) -> bytes:
         self._done = True
-        return b"".join(encode_event(codec.encode(chunk)) for chunk in self._normalizer.finish())
+        return b"".join(encode_event(codec.encode_lenient(chunk)) for chunk in self._normalizer.finish())
 
     def _event(self, event: SSEEvent) -> bytes:
         data = event.data
@@ -215,28 +215,49 @@ class ResponseRewriter:
             return self._closing_chunks() + raw
         if self._prefilter and not may_hold_reasoning(data):
             return raw
-        try:  # codec.decode_lenient, inlined: this runs once per event
+        try:  # msgspec directly, not codec.decode_lenient: this runs once per event
             value = _decode(data)
         except (msgspec.DecodeError, RecursionError):
+            return self._lenient(raw, data, event, id)
+        chunks = self._normalizer.chunk(value)
+        if chunks is UNCHANGED:
+            return raw
+        one_line = len(raw) - len(data) <= _ONE_DATA_LINE  # the event is one data line and its blank line
+        if one_line and len(chunks) == 1:
+            return b"data: " + codec.encode(chunks[0]) + b"\n\n"
+        return _frame(raw, one_line, event, id, [codec.encode(chunk) for chunk in chunks])
+
+    def _lenient(self, raw: bytes, data: bytes, event: str | None, id: str | None) -> bytes:
+        """``_data`` for data msgspec refused: what the standard library decodes (a lone UTF-16 surrogate, as
+        JavaScript servers send when a stream splits an emoji) is normalized and encoded with ASCII escapes;
+        anything else leaves as it came (``codec.decode_lenient``, ``codec.encode_lenient``)."""
+        value = codec.decode_lenient(data)
+        if value is codec.UNDECODABLE:
             return raw
         chunks = self._normalizer.chunk(value)
         if chunks is UNCHANGED:
             return raw
-        if len(raw) - len(data) <= _ONE_DATA_LINE:  # the event is one data line and its blank line, no more
-            if len(chunks) == 1:
-                return b"data: " + codec.encode(chunks[0]) + b"\n\n"
-            return b"".join([b"data: " + codec.encode(chunk) + b"\n\n" for chunk in chunks])
-        if not chunks:
-            return b""
-        # Other lines (comments, event, id, retry) stay with the first chunk; the ones it fans out to repeat
-        # only event and id.
-        first = replace_data(raw, codec.encode(chunks[0]))
-        return first + b"".join([encode_event(codec.encode(chunk), event=event, id=id) for chunk in chunks[1:]])
+        one_line = len(raw) - len(data) <= _ONE_DATA_LINE
+        return _frame(raw, one_line, event, id, [codec.encode_lenient(chunk) for chunk in chunks])
 
     def completion(self, body: bytes) -> bytes:
         """The client's bytes for a whole buffered (``json`` mode) response ``body``
         (``normalize_completion_body``)."""
         return normalize_completion_body(body, self.options)
+
+
+def _frame(raw: bytes, one_line: bool, event: str | None, id: str | None, encoded: list[bytes]) -> bytes:
+    """The SSE bytes for the chunks ``encoded`` that replace the event ``raw``.
+
+    An event that is one ``data`` line (``one_line``) becomes one such line per chunk. Otherwise the other lines
+    (comments, ``event``, ``id``, ``retry``) stay with the first chunk, and the chunks it fans out to repeat only
+    ``event`` and ``id``. No chunks: nothing is sent.
+    """
+    if one_line:
+        return b"".join([b"data: " + chunk + b"\n\n" for chunk in encoded])
+    if not encoded:
+        return b""
+    return replace_data(raw, encoded[0]) + b"".join([encode_event(chunk, event=event, id=id) for chunk in encoded[1:]])
 
 
 def normalize_completion_body(body: bytes, options: ResponseOptions) -> bytes:
@@ -254,4 +275,4 @@ def normalize_completion_body(body: bytes, options: ResponseOptions) -> bytes:
         return body
     if not normalize_completion(value, exclude=options.exclude, think=options.think):
         return body
-    return codec.encode(value)
+    return codec.encode_lenient(value)
