@@ -138,6 +138,11 @@ def test_effort_provider_enabled_false_sends_none() -> None:
     assert body == {"model": "m", "reasoning_effort": "none"}
 
 
+def test_effort_provider_enabled_false_wins_over_an_effort() -> None:
+    body, _ = send({"model": "m", "reasoning": {"effort": "high", "enabled": False}}, "deepseek")
+    assert body == {"model": "m", "reasoning_effort": "none"}
+
+
 def test_effort_provider_enabled_true_sends_nothing() -> None:
     body, _ = send({"model": "m", "reasoning": {"enabled": True}, "messages": MSGS}, "openai")
     assert body == {"model": "m", "messages": MSGS}
@@ -181,6 +186,15 @@ def test_zai_keeps_the_clients_own_thinking() -> None:
         ({"reasoning": {"enabled": True}}, {"type": "enabled", "budget_tokens": 8192}),
         ({"reasoning": {"max_tokens": 1024}, "max_tokens": 100}, {"type": "enabled", "budget_tokens": 1024}),
         ({"reasoning": {"effort": "none"}}, {"type": "disabled"}),
+        # the output limit is whichever of the two is set; a null one is absent, and with both the smaller wins
+        (
+            {"reasoning": {"effort": "high"}, "max_tokens": None, "max_completion_tokens": 3000},
+            {"type": "enabled", "budget_tokens": 2999},
+        ),
+        (
+            {"reasoning": {"effort": "high"}, "max_tokens": 50000, "max_completion_tokens": 3000},
+            {"type": "enabled", "budget_tokens": 2999},
+        ),
     ],
 )
 def test_anthropic_gets_a_thinking_budget(request_fields: dict[str, Any], thinking: dict[str, Any]) -> None:

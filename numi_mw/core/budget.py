@@ -16,6 +16,17 @@ EFFORT_BUDGETS: dict[str, int] = {
 }
 """Thinking budget in tokens for each named effort (Anthropic's minimum budget is 1,024 tokens)."""
 
+def output_limit(body: dict[str, object]) -> int | None:
+    """The request's total output limit in tokens: the smaller of ``max_tokens`` and ``max_completion_tokens``
+    where each is a positive integer (a ``null`` one counts as absent), else ``None`` (no limit known)."""
+    limits = [
+        value
+        for value in (body.get("max_tokens"), body.get("max_completion_tokens"))
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0
+    ]
+    return min(limits) if limits else None
+
+
 DEFAULT_EFFORT = "medium"
 MIN_BUDGET = 1024
 
@@ -25,7 +36,7 @@ def generated_budget(effort: str, max_tokens: object) -> int | None:
 
     Args:
         effort: a key of ``EFFORT_BUDGETS``.
-        max_tokens: the request's total output limit in tokens (``max_tokens`` or ``max_completion_tokens``);
+        max_tokens: the request's total output limit in tokens (``output_limit``);
             anything but a positive ``int`` means no limit is known.
 
     Returns:

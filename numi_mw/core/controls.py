@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from numi_mw.core.budget import DEFAULT_EFFORT, EFFORT_BUDGETS, generated_budget
+from numi_mw.core.budget import DEFAULT_EFFORT, EFFORT_BUDGETS, generated_budget, output_limit
 from numi_mw.core.errors import invalid_request
 from numi_mw.core.providers import ProviderRules
 
@@ -128,7 +128,8 @@ def encode_controls(body: dict[str, Any], controls: ReasoningControls, rules: Pr
     """Write the folded ``reasoning`` object in ``rules.controls_form``, in place.
 
     - ``object``: the ``reasoning`` object as folded.
-    - ``effort``: ``reasoning_effort`` (``enabled: false`` becomes ``"none"``; ``enabled: true`` or ``{}``
+    - ``effort``: ``reasoning_effort`` (``enabled: false`` becomes ``"none"``, even beside an effort;
+      ``enabled: true`` or ``{}``
       send nothing, the model's default), plus ``include_reasoning: false`` when excluded and the provider
       honours it. An object with other attributes (``max_tokens``, unknown ones) is kept as the object.
     - ``zai-thinking``: ``thinking: {"type": "disabled"}`` when off, else
@@ -150,10 +151,10 @@ def encode_controls(body: dict[str, Any], controls: ReasoningControls, rules: Pr
         if not _EFFORT_FORM_KEYS.issuperset(obj):
             return False
         replacement: dict[str, Any] = {}
-        if controls.effort is not None:
-            replacement["reasoning_effort"] = controls.effort
-        elif controls.enabled is False:
+        if controls.enabled is False:  # "false turns it off", whatever effort came with it (spec 004)
             replacement["reasoning_effort"] = "none"
+        elif controls.effort is not None:
+            replacement["reasoning_effort"] = controls.effort
         if controls.exclude and rules.send_include_reasoning:
             replacement["include_reasoning"] = False
         _replace_key(body, "reasoning", replacement)
@@ -183,8 +184,7 @@ def _anthropic_thinking(body: dict[str, Any], controls: ReasoningControls) -> di
             "or set reasoning.max_tokens.",
             "reasoning.effort",
         )
-    limit = body.get("max_tokens", body.get("max_completion_tokens"))
-    budget = generated_budget(effort, limit)
+    budget = generated_budget(effort, output_limit(body))
     return None if budget is None else {"type": "enabled", "budget_tokens": budget}
 
 
