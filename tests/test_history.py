@@ -56,6 +56,32 @@ def test_row2_same_string_sent_once_as_reasoning_content(provider: str) -> None:
     assert message == {"role": "assistant", "content": "Hello.", "reasoning_content": "Same."}
 
 
+# A null field counts as absent.
+@pytest.mark.parametrize("provider", REASONING_PROVIDERS)
+def test_row1_with_a_null_reasoning_sends_the_text_as_reasoning(provider: str) -> None:
+    message = upstream_assistant(provider, reasoning=None, reasoning_content="Spell it out.")
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning": "Spell it out."}
+
+
+@pytest.mark.parametrize("provider", CONTENT_PROVIDERS)
+def test_row1_with_a_null_reasoning_keeps_reasoning_content_alone(provider: str) -> None:
+    message = upstream_assistant(provider, reasoning=None, reasoning_content="Spell it out.")
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning_content": "Spell it out."}
+
+
+@pytest.mark.parametrize("provider", CONTENT_PROVIDERS)
+def test_reasoning_with_a_null_reasoning_content_replays_as_reasoning_content(provider: str) -> None:
+    message = upstream_assistant(provider, reasoning_content=None, reasoning="R.")
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning_content": "R."}
+
+
+# Rows 2 and 3 together: both empty strings are one representation, the explicit empty reasoning_content.
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_both_empty_become_the_explicit_empty_reasoning_content(provider: str) -> None:
+    message = upstream_assistant(provider, reasoning="", reasoning_content="")
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning_content": ""}
+
+
 # Row 3: reasoning_content "" is retained.
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
 def test_row3_explicit_empty_reasoning_content_is_retained(provider: str) -> None:

@@ -21,7 +21,9 @@ One row the spec's table leaves open, chosen here so that a reply read from numi
 vLLM and llama.cpp require it on tool-call turns).
 
 ``reasoning_details`` are never touched: unknown types, unknown fields, empty fragments and order travel as
-sent. Values that are not strings (``null``, objects) are left as they are.
+sent. A ``null`` field counts as absent: it goes when the other field is written in its place (or, as an empty
+``reasoning`` does, beside a nonempty ``reasoning_content``). Both fields empty become the explicit empty
+``reasoning_content``. Other values that are not strings (objects, numbers) leave the message as it is.
 """
 
 from __future__ import annotations
@@ -50,16 +52,13 @@ def normalize_message(message: dict[str, Any], field: ReasoningField) -> bool:
     Returns:
         Whether ``message`` changed.
     """
-    has_r = "reasoning" in message
-    has_rc = "reasoning_content" in message
-    if not (has_r or has_rc):
-        return False
-    r = message.get("reasoning")
+    r = message.get("reasoning")  # a null field counts as absent (and goes when the other one is written)
     rc = message.get("reasoning_content")
-    if (has_r and not isinstance(r, str)) or (has_rc and not isinstance(rc, str)):
+    if (r is not None and not isinstance(r, str)) or (rc is not None and not isinstance(rc, str)):
         return False
-    if not has_rc:
-        assert isinstance(r, str)
+    if rc is None:
+        if r is None:
+            return False
         if r == "":
             del message["reasoning"]
             return True
@@ -67,14 +66,16 @@ def normalize_message(message: dict[str, Any], field: ReasoningField) -> bool:
             _rename(message, "reasoning", "reasoning_content", r)
             return True
         return False
-    assert isinstance(rc, str)
     if rc == "":
+        if r == "":  # both empty: one representation, the explicit empty reasoning_content
+            del message["reasoning"]
+            return True
         return False
-    if not has_r or r == "" or r == rc:
+    if r is None or r == "" or r == rc:
         if field == "reasoning":
             _rename(message, "reasoning_content", "reasoning", rc)
             return True
-        if has_r:
+        if "reasoning" in message:
             del message["reasoning"]
             return True
         return False
