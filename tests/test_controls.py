@@ -214,3 +214,10 @@ def test_anthropic_unknown_effort_is_a_clear_400() -> None:
         send({"model": "claude", "reasoning_effort": "ultra"}, "anthropic")
     assert info.value.status == 400
     assert info.value.param == "reasoning.effort"
+
+
+def test_zai_gets_thinking_with_no_controls_at_all() -> None:
+    # spec 000 "Provider-Specific Handling": the Z.AI provider adds thinking.type enabled and clear_thinking false
+    body, controls = send({"model": "glm-4.7", "messages": MSGS}, "zai")
+    assert body == {"model": "glm-4.7", "messages": MSGS, "thinking": {"type": "enabled", "clear_thinking": False}}
+    assert controls.present is False

@@ -228,8 +228,10 @@ def test_probe_never_passes_a_body_the_rules_would_change(body: dict[str, Any]) 
     data = json.loads(raw)
     controls, changed = normalize_body(data, OPENROUTER, len(raw))  # raises if the full path would refuse it
     assert (changed, controls.present, plain) == (False, False, body.get("stream") is True)
-    for name in ("deepseek", "anthropic", "zai"):
+    for name in ("deepseek", "anthropic"):
         assert normalize_body(json.loads(raw), get_provider(name), len(raw))[1] is False
+    # zai always gets its thinking object (spec 000), so prepare_request never probes for it
+    assert normalize_body(json.loads(raw), get_provider("zai"), len(raw))[1] is True
 
 
 @pytest.mark.parametrize(

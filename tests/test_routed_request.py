@@ -345,3 +345,49 @@ provider = "moonshot"
         json.dumps(request).encode(), load_catalog(toml.format(preserve="false"), "c.toml")
     )
     assert "reasoning_content" not in json.loads(dropped.body)["messages"][1]
+
+
+ZAI_CATALOG = load_catalog(
+    """
+[[providers]]
+name = "zai"
+base_url = "http://127.0.0.1:12/api/paas/v4"
+
+[[models]]
+id = "z-ai/glm-4.7"
+reasoning_mode = "effort"
+preserve_reasoning = true
+
+[[models.endpoints]]
+tag = "zai/glm"
+provider = "zai"
+model = "glm-4.7"
+
+[[models]]
+id = "z-ai/glm-4-flash"
+reasoning_mode = "none"
+
+[[models.endpoints]]
+tag = "zai/flash"
+provider = "zai"
+model = "glm-4-flash"
+""",
+    "zai.toml",
+)
+
+
+def test_a_zai_route_gets_thinking_unless_the_model_does_not_reason() -> None:
+    history = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": None, "reasoning_content": "Call the tool.", "tool_calls": []},
+    ]
+    raw = json.dumps({"model": "z-ai/glm-4.7", "messages": history}).encode()
+    prepared, _ = prepare_routed_request(raw, ZAI_CATALOG)
+    assert json.loads(prepared.body) == {
+        "model": "glm-4.7",
+        "messages": history,
+        "thinking": {"type": "enabled", "clear_thinking": False},
+    }
+    raw = json.dumps({"model": "z-ai/glm-4-flash", "messages": [{"role": "user", "content": "Hi"}]}).encode()
+    prepared, _ = prepare_routed_request(raw, ZAI_CATALOG)
+    assert json.loads(prepared.body) == {"model": "glm-4-flash", "messages": [{"role": "user", "content": "Hi"}]}

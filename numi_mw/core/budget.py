@@ -16,6 +16,7 @@ EFFORT_BUDGETS: dict[str, int] = {
 }
 """Thinking budget in tokens for each named effort (Anthropic's minimum budget is 1,024 tokens)."""
 
+
 def output_limit(body: dict[str, object]) -> int | None:
     """The request's total output limit in tokens: the smaller of ``max_tokens`` and ``max_completion_tokens``
     where each is a positive integer (a ``null`` one counts as absent), else ``None`` (no limit known)."""

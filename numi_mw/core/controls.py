@@ -161,13 +161,32 @@ def encode_controls(body: dict[str, Any], controls: ReasoningControls, rules: Pr
         return True
     thinking: dict[str, Any] | None
     if rules.controls_form == "zai-thinking":
-        thinking = {"type": "disabled"} if controls.off else {"type": "enabled", "clear_thinking": False}
+        thinking = {"type": "disabled"} if controls.off else dict(ZAI_THINKING)
     else:
         thinking = _anthropic_thinking(body, controls)
     if "thinking" in body or thinking is None:
         _replace_key(body, "reasoning", {})
     else:
         _replace_key(body, "reasoning", {"thinking": thinking})
+    return True
+
+
+ZAI_THINKING = {"type": "enabled", "clear_thinking": False}
+"""What the ``zai-thinking`` form sends for reasoning that is on (spec 000 "Provider-Specific Handling"):
+``clear_thinking: false`` keeps the reasoning replayed in the history instead of clearing it."""
+
+
+def add_zai_thinking(body: dict[str, Any], rules: ProviderRules) -> bool:
+    """Give a request with no reasoning controls the Z.AI ``thinking`` object, in place (``ZAI_THINKING``).
+
+    Spec 000 "Provider-Specific Handling": "The Z.AI provider adds thinking.type: enabled and clear_thinking:
+    false to the request." A request with controls gets its ``thinking`` from ``encode_controls``; one that
+    carries its own ``thinking`` keeps it. The object goes last. Returns whether ``body`` changed (only for the
+    ``zai-thinking`` form).
+    """
+    if rules.controls_form != "zai-thinking" or "thinking" in body:
+        return False
+    body["thinking"] = dict(ZAI_THINKING)
     return True
 
 

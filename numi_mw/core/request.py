@@ -13,7 +13,7 @@ import msgspec
 
 from numi_mw.core import codec
 from numi_mw.core.catalog import Catalog, Provider
-from numi_mw.core.controls import NO_CONTROLS, ReasoningControls, encode_controls, fold_controls
+from numi_mw.core.controls import NO_CONTROLS, ReasoningControls, add_zai_thinking, encode_controls, fold_controls
 from numi_mw.core.details import MAX_SIGNATURE_BYTES, check_detail_limits
 from numi_mw.core.errors import ApiError, payload_too_large
 from numi_mw.core.history import Route, normalize_messages, prepare_messages
@@ -123,7 +123,7 @@ def prepare_request(
     """
     if len(body) > max_body_bytes:
         raise payload_too_large(max_body_bytes, len(body))
-    if len(body) <= PROBE_MAX_BYTES:
+    if len(body) <= PROBE_MAX_BYTES and rules.controls_form != "zai-thinking":  # zai always gets thinking
         plain = probe_plain(body)
         if plain is not None:
             return PreparedRequest(body, False, NO_CONTROLS, plain)
@@ -142,7 +142,10 @@ def normalize_body(data: dict[str, Any], rules: ProviderRules, body_size: int) -
         ``(controls, changed)``: the effective reasoning controls and whether ``data`` changed.
     """
     controls, changed = fold_controls(data)
-    if controls.present and encode_controls(data, controls, rules):
+    if controls.present:
+        if encode_controls(data, controls, rules):
+            changed = True
+    elif add_zai_thinking(data, rules):
         changed = True
     if "messages" in data:
         if normalize_messages(data["messages"], rules.reasoning_field):
@@ -278,7 +281,10 @@ def prepare_routed_request(
             if key in data:
                 del data[key]
                 changed = True
-    if controls.present and encode_controls(data, controls, rules):
+    if controls.present:
+        if encode_controls(data, controls, rules):
+            changed = True
+    elif (route is None or route.reasoning) and add_zai_thinking(data, rules):
         changed = True
     if "messages" in data:
         if route is not None:
