@@ -474,6 +474,31 @@ def test_endpoints_listing_lists_every_endpoint() -> None:
     }
 
 
+def test_an_offer_that_does_not_take_the_reasoning_parameter_lists_no_reasoning_object() -> None:
+    catalog = load_catalog(
+        """
+[[providers]]
+name = "openrouter"
+base_url = "https://openrouter.ai/api/v1"
+
+[[models]]
+id = "t/noreasonparam"
+
+[[models.endpoints]]
+tag = "openrouter/a"
+provider = "openrouter"
+supported_parameters = ["max_tokens", "tools"]
+reasoning = { supported_efforts = ["low"] }
+""",
+        "catalog.toml",
+    )
+    offer = {"supported_parameters": ["max_tokens", "tools"]}
+    assert models_listing(catalog)["data"] == [{"id": "t/noreasonparam", "object": "model", "owned_by": "t", **offer}]
+    model = catalog.model("t/noreasonparam")
+    assert model is not None
+    assert endpoints_listing(model)["data"]["endpoints"] == [{"tag": "openrouter/a", "provider": "openrouter", **offer}]
+
+
 def test_listings_are_copies_not_views_of_the_catalog() -> None:
     catalog = load_catalog(LISTING_CATALOG, "catalog.toml")
     listing = models_listing(catalog)

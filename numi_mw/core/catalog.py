@@ -342,6 +342,13 @@ def _owner(model: Model) -> str:
     return author if sep else model.endpoints[0].provider if model.endpoints else model.id
 
 
+def _takes_reasoning(endpoint: Endpoint) -> bool:
+    """Whether the listings show ``endpoint``'s reasoning object: spec 004 "Model capabilities" lists it "for
+    offers that support the reasoning parameter", so not when ``supported_parameters`` is published without
+    ``reasoning`` (an endpoint that does not publish its parameters is not excluded: missing facts never are)."""
+    return endpoint.supported_parameters is None or "reasoning" in endpoint.supported_parameters
+
+
 def models_listing(catalog: Catalog) -> dict[str, Any]:
     """The ``GET /models`` body (spec 004 "Model capabilities": a model row describes one representative offer).
 
@@ -352,7 +359,8 @@ def models_listing(catalog: Catalog) -> dict[str, Any]:
 
     ``owned_by`` is the author part of the id (before ``/``; the first endpoint's provider for an id without
     one). ``supported_parameters`` is omitted when the endpoint does not publish it. ``reasoning`` holds only the
-    published (non-``None``) fields and is omitted when the endpoint has no reasoning object.
+    published (non-``None``) fields and is omitted when the endpoint has no reasoning object or publishes
+    ``supported_parameters`` without ``reasoning``.
     """
     rows: list[dict[str, Any]] = []
     for model in catalog.models:
@@ -361,7 +369,7 @@ def models_listing(catalog: Catalog) -> dict[str, Any]:
             first = model.endpoints[0]
             if first.supported_parameters is not None:
                 row["supported_parameters"] = list(first.supported_parameters)
-            if first.reasoning is not None:
+            if first.reasoning is not None and _takes_reasoning(first):
                 row["reasoning"] = published_reasoning(first.reasoning)
         rows.append(row)
     return {"object": "list", "data": rows}
@@ -376,7 +384,8 @@ def endpoints_listing(model: Model) -> dict[str, Any]:
         {"tag": "example-provider/primary", "provider": "openrouter",
          "supported_parameters": [...], "reasoning": {...}, "pricing": {...}}
 
-    ``supported_parameters`` and ``reasoning`` (published fields only) are omitted when not published.
+    ``supported_parameters`` and ``reasoning`` (published fields only) are omitted when not published;
+    ``reasoning`` also when ``supported_parameters`` is published without ``reasoning``.
     ``pricing`` (only when the catalog gives prices) follows OpenRouter: USD per token as decimal strings,
     with the reasoning price under ``internal_reasoning``. OpenRouter's other fields (context length, status,
     uptime) are not catalog facts and are left out.
@@ -386,7 +395,7 @@ def endpoints_listing(model: Model) -> dict[str, Any]:
         row: dict[str, Any] = {"tag": endpoint.tag, "provider": endpoint.provider}
         if endpoint.supported_parameters is not None:
             row["supported_parameters"] = list(endpoint.supported_parameters)
-        if endpoint.reasoning is not None:
+        if endpoint.reasoning is not None and _takes_reasoning(endpoint):
             row["reasoning"] = published_reasoning(endpoint.reasoning)
         if endpoint.pricing is not None:
             prices = _pricing(endpoint.pricing)
