@@ -51,6 +51,29 @@ def frame_jsonl(raw: bytes) -> bytes:
     return b"".join(b"data: " + line + b"\n\n" for line in raw.splitlines() if line.strip()) + b"data: [DONE]\n\n"
 
 
+def accumulate_delta_2x(acc: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
+    """How openai-python 2.x accumulates a delta (``openai.lib.streaming._deltas``, before 3.x): the same merge
+    by ``index`` and string concatenation, except that a list met for the first time is taken as it is, so two
+    entries of one ``index`` inside the first delta that carries the list stay two entries."""
+    for key, value in delta.items():
+        if acc.get(key) is None or key in ("index", "type"):
+            acc[key] = value
+            continue
+        old = acc[key]
+        if isinstance(old, str) and isinstance(value, str):
+            acc[key] = old + value
+        elif isinstance(old, dict) and isinstance(value, dict):
+            accumulate_delta_2x(old, value)
+        elif isinstance(old, list) and isinstance(value, list):
+            for entry in value:
+                index = entry["index"]
+                if index < len(old):
+                    accumulate_delta_2x(old[index], entry)
+                else:
+                    old.insert(index, entry)
+    return acc
+
+
 @dataclass
 class ClientView:
     """What a client reads from normalized chunks (choice 0)."""
@@ -60,12 +83,14 @@ class ClientView:
     entries: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     sdk_message: dict[str, Any] = field(default_factory=dict)
+    sdk2_message: dict[str, Any] = field(default_factory=dict)  # the same through openai-python 2.x's merge
     chunks_with_reasoning: list[dict[str, Any]] = field(default_factory=list)
 
 
 def client_view(chunks: list[dict[str, Any]]) -> ClientView:
     view = ClientView()
     acc: dict[object, object] = {}
+    acc2: dict[str, Any] = {}
     for chunk in chunks:
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) != 0:
@@ -80,5 +105,7 @@ def client_view(chunks: list[dict[str, Any]]) -> ClientView:
             if choice.get("finish_reason") is not None:
                 view.finish_reason = choice["finish_reason"]
             accumulate_delta(acc, json.loads(json.dumps(delta)))
+            accumulate_delta_2x(acc2, json.loads(json.dumps(delta)))
     view.sdk_message = {str(k): v for k, v in acc.items()}
+    view.sdk2_message = acc2
     return view

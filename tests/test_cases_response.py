@@ -53,6 +53,7 @@ def test_pb01_reasoning_is_not_doubled(shared_dir: Path) -> None:
     # The rebuilt details carry the index numi_mw streams (the position of the detail); the rest is the case's.
     assert without_index(rebuild_reasoning_details(view.entries)) == expected["rebuilt_reasoning_details"]
     assert view.sdk_message["reasoning_details"] == rebuild_reasoning_details(view.entries)
+    assert view.sdk2_message["reasoning_details"] == rebuild_reasoning_details(view.entries)
     buffered = case["expected"]["if_proxy_buffers_for_non_streaming_client"]
     stored = buffered_from(chunks)
     assert stored["message.reasoning"] == buffered["message.reasoning"]
@@ -73,6 +74,7 @@ def test_pb03_signature_only_fragment_survives(shared_dir: Path) -> None:
     assert without_index(rebuilt) == expected["rebuilt_reasoning_details"]
     assert rebuilt[0]["index"] == 0
     assert view.sdk_message["reasoning_details"] == rebuilt
+    assert view.sdk2_message["reasoning_details"] == rebuilt
 
 
 @pytest.mark.parametrize("cut", range(1, 40))

@@ -170,6 +170,7 @@ def test_non_growing_fields_once_per_detail_and_signature_completes_the_text() -
     ]
     assert rebuild_reasoning_details(view.entries) == expected
     assert view.sdk_message["reasoning_details"] == expected
+    assert view.sdk2_message["reasoning_details"] == expected
 
 
 def test_details_only_stream_gets_delta_reasoning() -> None:
@@ -533,3 +534,112 @@ def test_a_buffered_completion_with_a_lone_surrogate_is_normalized() -> None:
         b'{"choices":[{"index":0,"message":{"content":"\\u00e9","reasoning":"\\ud83d","reasoning_details":'
         b'[{"type":"reasoning.text","text":"\\ud83d","format":"unknown"}]}}]}'
     )
+
+
+def _delta_event(delta: bytes) -> bytes:
+    return b'data: {"choices":[{"index":0,"delta":' + delta + b',"finish_reason":null}]}\n\n'
+
+
+def test_tags_that_echo_reasoning_content_are_not_doubled_in_a_stream() -> None:
+    # llama.cpp --reasoning-format deepseek-legacy: every thinking token in reasoning_content and, tagged, in content
+    body = (
+        _delta_event(b'{"content":"<think>","reasoning_content":""}')
+        + _delta_event(b'{"content":"Spell","reasoning_content":"Spell"}')
+        + _delta_event(b'{"content":" it <","reasoning_content":" it <"}')  # "<" may open </think>: held back
+        + _delta_event(b'{"content":"3","reasoning_content":"3"}')
+        + _delta_event(b'{"content":"</think>Three.","reasoning_content":""}')
+    )
+    assert rewrite(body, think=ThinkTags()) == (
+        _delta_event(
+            b'{"reasoning":"Spell","reasoning_details":[{"type":"reasoning.text","text":"Spell",'
+            b'"format":"unknown","index":0}]}'
+        )
+        + _delta_event(
+            b'{"reasoning":" it <","reasoning_details":[{"type":"reasoning.text","text":" it <","index":0}]}'
+        )
+        + _delta_event(b'{"reasoning":"3","reasoning_details":[{"type":"reasoning.text","text":"3","index":0}]}')
+        + _delta_event(b'{"content":"Three."}')
+    )
+
+
+def test_tags_with_other_text_than_reasoning_content_still_add_to_it() -> None:
+    body = _delta_event(b'{"content":"<think>tagged</think>answer","reasoning_content":"own"}')
+    assert client_view(sse_chunks(rewrite(body, think=ThinkTags()))).reasoning == "owntagged"
+
+
+def test_tags_that_echo_reasoning_content_are_not_doubled_in_a_buffered_completion() -> None:
+    from tests.response_support import rewrite_json
+
+    body = (
+        b'{"choices":[{"index":0,"message":{"role":"assistant","content":"<think>\\nSpell it out.\\n</think>'
+        b'\\n\\nThree.","reasoning_content":"Spell it out."},"finish_reason":"stop"}]}'
+    )
+    assert rewrite_json(body, think=ThinkTags()) == (
+        b'{"choices":[{"index":0,"message":{"role":"assistant","content":"\\n\\nThree.","reasoning":"Spell it out.",'
+        b'"reasoning_details":[{"type":"reasoning.text","text":"Spell it out.","format":"unknown"}]},'
+        b'"finish_reason":"stop"}]}'
+    )
+
+
+def test_two_entries_of_one_detail_never_share_a_delta() -> None:
+    # openai-python 2.x keeps the first list of entries as it is: a signature in the same delta as its text
+    # would stay a detail of its own, and the next detail would be merged into it
+    body = data(
+        chunk(
+            {
+                "role": "assistant",
+                "reasoning": "Let me think.",
+                "reasoning_details": [
+                    {"type": "reasoning.text", "text": "Let me think."},
+                    {"type": "reasoning.text", "signature": "SIG_A", "format": "anthropic-claude-v1"},
+                ],
+            }
+        )
+    ) + data(chunk({"reasoning_details": [{"type": "reasoning.encrypted", "data": "ENC_B"}]}))
+    chunks = sse_chunks(rewrite(body))
+    assert chunks == [
+        chunk(
+            {
+                "role": "assistant",
+                "reasoning": "Let me think.",
+                "reasoning_details": [{"type": "reasoning.text", "text": "Let me think.", "index": 0}],
+            }
+        ),
+        chunk(
+            {
+                "reasoning_details": [
+                    {"type": "reasoning.text", "signature": "SIG_A", "format": "anthropic-claude-v1", "index": 0}
+                ]
+            }
+        ),
+        chunk({"reasoning_details": [{"type": "reasoning.encrypted", "data": "ENC_B", "index": 1}]}),
+    ]
+    expected = [
+        {
+            "type": "reasoning.text",
+            "text": "Let me think.",
+            "index": 0,
+            "signature": "SIG_A",
+            "format": "anthropic-claude-v1",
+        },
+        {"type": "reasoning.encrypted", "data": "ENC_B", "index": 1},
+    ]
+    view = client_view(chunks)
+    assert rebuild_reasoning_details(view.entries) == expected
+    assert view.sdk_message["reasoning_details"] == expected
+    assert view.sdk2_message["reasoning_details"] == expected
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_CHOICE, min_size=1, max_size=8))
+def test_every_sdk_merge_arrives_at_the_spec_rebuild(choices: list[dict[str, Any]]) -> None:
+    body = b"".join(data({"id": "x", "choices": [choice]}) for choice in choices)
+    chunks = sse_chunks(rewrite(body))
+    for sent in chunks:
+        for choice in sent["choices"]:
+            indexes = [e["index"] for e in choice["delta"].get("reasoning_details") or [] if isinstance(e, dict)]
+            assert len(indexes) == len(set(indexes)), choice  # one entry per detail per delta
+    view = client_view(chunks)
+    rebuilt = rebuild_reasoning_details(view.entries)
+    assert view.sdk_message.get("reasoning_details", []) == rebuilt
+    assert view.sdk2_message.get("reasoning_details", []) == rebuilt

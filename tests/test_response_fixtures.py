@@ -73,6 +73,7 @@ def check_client_stream(out: bytes, reasoning: str, content: str, fragments: lis
     assert all(isinstance(entry.get("index"), int) for entry in view.entries)
     rebuilt = rebuild_reasoning_details(view.entries)
     assert view.sdk_message.get("reasoning_details", []) == rebuilt
+    assert view.sdk2_message.get("reasoning_details", []) == rebuilt
     assert visible_text(rebuilt) == reasoning
     kept = opaque_values(rebuilt)
     for value in opaque_values(fragments):

@@ -53,6 +53,41 @@ class _Choice:
     rebuilder: DetailsRebuilder = field(default_factory=lambda: DetailsRebuilder(track_text=_NO_TEXT))
     splitter: ThinkSplitter | None = None
     finished: bool = False
+    echoing: bool = False  # the stream's reasoning tags repeat its reasoning fields (``_echoes``)
+
+
+def _echoes(state: _Choice, delta: dict[str, Any], pieces: list[Piece]) -> bool:
+    """Whether the reasoning ``pieces`` a think splitter cut from ``delta.content`` repeat reasoning the stream
+    already carries in its own fields, so that sending both would double it (spec 004 "Streaming": read one of
+    the two, never both). llama.cpp with ``--reasoning-format deepseek-legacy`` sends each thinking token twice:
+    in ``reasoning_content`` and, inside ``<think>`` tags, in ``content``.
+
+    Decided per chunk: the pieces' reasoning text equals the delta's own (``reasoning``, ``reasoning_content``
+    or the details' visible text), ignoring surrounding whitespace. Once that happened, the stream is known
+    to echo, and every later piece of reasoning from tags is a copy too (a held-back partial tag can shift a
+    piece into another chunk).
+    """
+    thought = "".join(text for kind, text in pieces if kind == "reasoning")
+    if not thought:
+        return False
+    if state.echoing:
+        return True
+    said = _own_reasoning(delta)
+    if said is not None and said.strip() == thought.strip():
+        state.echoing = True
+        return True
+    return False
+
+
+def _own_reasoning(delta: dict[str, Any]) -> str | None:
+    """The reasoning text a delta carries in its own fields, or ``None``."""
+    for key in ("reasoning", "reasoning_content"):
+        value = delta.get(key)
+        if isinstance(value, str) and value:
+            return value
+    details = delta.get("reasoning_details")
+    shown = visible_text(details) if isinstance(details, list) else ""
+    return shown or None
 
 
 class _ChoiceStates(dict[Any, _Choice]):
@@ -227,6 +262,8 @@ class ChunkNormalizer:
             pieces = splitter.feed(content)
         if splitter is not None and flush:
             pieces = _merge(pieces + splitter.flush())
+        if pieces and _echoes(state, delta, pieces):  # the tags repeat the delta's own reasoning: drop the copy
+            pieces = [piece for piece in pieces if piece[0] != "reasoning"]
         main = _ordered(
             delta,
             {
@@ -242,6 +279,7 @@ class ChunkNormalizer:
             deltas = [{**main, **piece_deltas[0]}, *piece_deltas[1:]]
         else:
             deltas = [main, *piece_deltas]
+        deltas = [part for d in deltas for part in _apart(d)]
         entries = [{**choice, "delta": d, "finish_reason": None} for d in deltas[:-1]]
         entries.append({**choice, "delta": deltas[-1]})
         entries = [e for e in entries if e["delta"] or e.get("finish_reason") is not None]
@@ -340,6 +378,33 @@ class ChunkNormalizer:
                     choice = {"index": index, "delta": fields, "finish_reason": None}
                     out.append({**envelope, "choices": [choice], **({"usage": None} if "usage" in envelope else {})})
         return out
+
+
+def _apart(delta: dict[str, Any]) -> list[dict[str, Any]]:
+    """``delta`` as one delta per run of ``reasoning_details`` entries with distinct ``index`` values.
+
+    Two entries of one detail in one delta (a text and its signature, say) are merged by the spec's rebuild and
+    by current openai SDKs alike, but older SDKs (2.x) take a delta's first list of entries as it is, without
+    merging by ``index``, and then merge later entries into the wrong detail. Each entry after a repeated index
+    goes out in a delta of its own (the other fields stay with the first), so every client sees one entry per
+    detail per chunk (DESIGN.md decision 5).
+    """
+    details = delta.get("reasoning_details")
+    if not isinstance(details, list) or len(details) < 2:
+        return [delta]
+    groups: list[list[Any]] = [[]]
+    seen: set[Any] = set()
+    for entry in details:
+        index = entry.get("index") if isinstance(entry, dict) else None
+        if index is not None and index in seen:
+            groups.append([])
+            seen = set()
+        groups[-1].append(entry)
+        if index is not None:
+            seen.add(index)
+    if len(groups) == 1:
+        return [delta]
+    return [{**delta, "reasoning_details": groups[0]}, *({"reasoning_details": group} for group in groups[1:])]
 
 
 def _merge(pieces: list[Piece]) -> list[Piece]:

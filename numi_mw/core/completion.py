@@ -58,6 +58,10 @@ def _normalize_message(message: dict[str, Any], exclude: bool, think: ThinkTags 
     details = message.get("reasoning_details")
     plain_content = message.get("reasoning_content")
     plain = next((t for t in (reasoning, plain_content) if isinstance(t, str) and t), None)
+    if tagged:
+        own = plain or (visible_text(details) if isinstance(details, list) else "")
+        if own and own.strip() == tagged.strip():  # the tags repeat the message's own reasoning (llama.cpp's
+            tagged = ""  # deepseek-legacy format): one copy (spec 004: read one of the two, never both)
     fields: dict[str, Any] = {}
     if isinstance(details, list) and details:
         shown = reasoning if isinstance(reasoning, str) and reasoning else visible_text(details) or plain
