@@ -643,3 +643,26 @@ def test_every_sdk_merge_arrives_at_the_spec_rebuild(choices: list[dict[str, Any
     rebuilt = rebuild_reasoning_details(view.entries)
     assert view.sdk_message.get("reasoning_details", []) == rebuilt
     assert view.sdk2_message.get("reasoning_details", []) == rebuilt
+
+
+def test_nan_and_infinity_literals_do_not_stop_normalization() -> None:
+    # Python's json (vLLM's logprobs) writes -Infinity and NaN, which msgspec refuses as not JSON
+    logprobs = b'"logprobs":{"content":[{"token":"x","logprob":-Infinity},{"token":"y","logprob":NaN}]}'
+    event = b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"SECRET","content":"x"},' + logprobs
+    event += b',"finish_reason":null}]}\n\n'
+    assert rewrite(event, exclude=True) == (
+        b'data: {"choices":[{"index":0,"delta":{"content":"x"},' + logprobs + b',"finish_reason":null}]}\n\n'
+    )
+    assert rewrite(event) == (
+        b'data: {"choices":[{"index":0,"delta":{"reasoning":"SECRET","content":"x","reasoning_details":'
+        b'[{"type":"reasoning.text","text":"SECRET","format":"unknown","index":0}]},'
+        + logprobs
+        + b',"finish_reason":null}]}\n\n'
+    )
+
+
+def test_a_buffered_completion_with_nan_is_normalized_and_keeps_it() -> None:
+    from tests.response_support import rewrite_json
+
+    body = b'{"choices":[{"index":0,"message":{"content":"a","reasoning_content":"r"},"logprob":NaN}]}'
+    assert rewrite_json(body, exclude=True) == b'{"choices":[{"index":0,"message":{"content":"a"},"logprob":NaN}]}'

@@ -392,3 +392,19 @@ def test_utf8_size_exceeds() -> None:
     assert utf8_size_exceeds("😀" * 2, 7) is True
     assert utf8_size_exceeds("\ud800", 3) is False  # lone surrogate: 3 bytes, no UnicodeEncodeError
     assert utf8_size_exceeds("\ud800", 2) is True
+
+
+def test_fragments_from_a_stream_are_those_of_choice_zero_by_its_index() -> None:
+    from numi_mw.core.details import fragments_from_body
+
+    def event(*choices: tuple[int, str]) -> bytes:
+        entries = [
+            {"index": i, "delta": {"reasoning_details": [{"type": "reasoning.text", "text": t}]}} for i, t in choices
+        ]
+        return b"data: " + json.dumps({"choices": entries}).encode() + b"\n\n"
+
+    body = event((1, "ONE"), (0, "ZERO")) + event((0, "-zero2"))
+    assert fragments_from_body(body) == [
+        {"type": "reasoning.text", "text": "ZERO"},
+        {"type": "reasoning.text", "text": "-zero2"},
+    ]

@@ -54,20 +54,26 @@ def too_deep() -> ApiError:
 
 def decode_lenient(data: bytes) -> Any:
     """Decode JSON ``data`` to builtins for the response side, or ``UNDECODABLE`` (the original bytes then pass
-    through).
-
-    msgspec first. What msgspec refuses and the standard library's ``json`` reads is accepted too when it holds
-    a ``\\u`` escape: a lone UTF-16 surrogate (``"\\ud83d"``), which servers written in JavaScript send when a
-    stream splits an emoji between two chunks. Such strings hold surrogates, so encode the result with
-    ``encode_lenient``. Numbers no float holds (``1e400``), ``NaN`` and ``Infinity`` stay refused.
-    """
+    through): msgspec first, then ``decode_fallback``."""
     try:
         return decoder.decode(data)
     except (msgspec.DecodeError, RecursionError):
-        if b"\\u" not in data:
-            return UNDECODABLE
+        return decode_fallback(data)
+
+
+def decode_fallback(data: bytes) -> Any:
+    """What the standard library's ``json`` reads of ``data`` that msgspec refused, or ``UNDECODABLE``.
+
+    Two things real servers send: a lone UTF-16 surrogate escape (``"\\ud83d"``), from servers written in
+    JavaScript that split an emoji between two chunks; and the ``NaN``, ``Infinity`` and ``-Infinity`` literals
+    that Python's ``json`` writes by default (vLLM's logprobs hold ``-Infinity``). Encode the result with
+    ``encode_fallback``, which writes both back as they came. A number no float holds (``1e400``) stays refused:
+    written back it would become ``Infinity``, which is not JSON.
+    """
+    if b"\\u" not in data and b"NaN" not in data and b"Infinity" not in data:
+        return UNDECODABLE
     try:
-        return json.loads(data.decode("utf-8"), parse_float=_finite_float, parse_constant=_no_constant)
+        return json.loads(data.decode("utf-8"), parse_float=_finite_float)
     except (ValueError, RecursionError):
         return UNDECODABLE
 
@@ -79,17 +85,18 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _no_constant(text: str) -> float:
-    raise ValueError(f"{text} is not JSON")
+def encode_fallback(value: Any) -> bytes:
+    """Encode a value from ``decode_fallback``: compact JSON with ASCII escapes (a lone surrogate stays the
+    ``\\u`` escape it came as) and ``NaN`` / ``Infinity`` / ``-Infinity`` written as they came."""
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode()
 
 
 def encode_lenient(value: Any) -> bytes:
-    """``encode``, or for a value holding lone surrogates (from ``decode_lenient``) the standard library's
-    compact JSON with ASCII escapes, which carries them as the ``\\u`` escapes they came as."""
+    """``encode``, or ``encode_fallback`` for a value msgspec cannot write (one holding a lone surrogate)."""
     try:
         return encoder.encode(value)
     except UnicodeEncodeError:
-        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode()
+        return encode_fallback(value)
 
 
 UNDECODABLE: Any = object()

@@ -234,7 +234,7 @@ def fragments_from_body(body: bytes) -> list[Any]:
 
     Args:
         body: either a JSON list of fragments, or an SSE stream of chat completion chunks (UTF-8 bytes), whose
-            ``choices[0].delta.reasoning_details`` entries are collected.
+            ``delta.reasoning_details`` entries of choice 0 (the choice with ``index`` 0) are collected.
 
     Raises:
         ValueError: ``body`` is neither.
@@ -264,12 +264,15 @@ def fragments_from_body(body: bytes) -> list[Any]:
             raise ValueError(f"an SSE event is not JSON: {exc}") from None
         seen = True
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        if not isinstance(choices, list):
             continue
-        delta = choices[0].get("delta")
-        details = delta.get("reasoning_details") if isinstance(delta, dict) else None
-        if isinstance(details, list):
-            fragments.extend(details)
+        for choice in choices:  # choice 0 by its index (a missing index counts as 0), not by list position
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            details = delta.get("reasoning_details") if isinstance(delta, dict) else None
+            if isinstance(details, list):
+                fragments.extend(details)
     if not seen:
         raise ValueError("neither a JSON list of fragments nor an SSE stream of chunks")
     return fragments

@@ -228,17 +228,17 @@ class ResponseRewriter:
         return _frame(raw, one_line, event, id, [codec.encode(chunk) for chunk in chunks])
 
     def _lenient(self, raw: bytes, data: bytes, event: str | None, id: str | None) -> bytes:
-        """``_data`` for data msgspec refused: what the standard library decodes (a lone UTF-16 surrogate, as
-        JavaScript servers send when a stream splits an emoji) is normalized and encoded with ASCII escapes;
-        anything else leaves as it came (``codec.decode_lenient``, ``codec.encode_lenient``)."""
-        value = codec.decode_lenient(data)
+        """``_data`` for data msgspec refused: what the standard library reads (a lone UTF-16 surrogate, ``NaN``
+        or ``-Infinity``) is normalized and written back with those as they came; anything else leaves as it
+        came (``codec.decode_fallback``, ``codec.encode_fallback``)."""
+        value = codec.decode_fallback(data)
         if value is codec.UNDECODABLE:
             return raw
         chunks = self._normalizer.chunk(value)
         if chunks is UNCHANGED:
             return raw
         one_line = len(raw) - len(data) <= _ONE_DATA_LINE
-        return _frame(raw, one_line, event, id, [codec.encode_lenient(chunk) for chunk in chunks])
+        return _frame(raw, one_line, event, id, [codec.encode_fallback(chunk) for chunk in chunks])
 
     def completion(self, body: bytes) -> bytes:
         """The client's bytes for a whole buffered (``json`` mode) response ``body``
@@ -270,9 +270,14 @@ def normalize_completion_body(body: bytes, options: ResponseOptions) -> bytes:
     """
     if not options.exclude and options.think is None and not may_hold_reasoning(body):
         return body
-    value = codec.decode_lenient(body)
-    if value is codec.UNDECODABLE:
-        return body
+    try:
+        value = _decode(body)
+        fallback = False
+    except (msgspec.DecodeError, RecursionError):
+        value = codec.decode_fallback(body)
+        if value is codec.UNDECODABLE:
+            return body
+        fallback = True
     if not normalize_completion(value, exclude=options.exclude, think=options.think):
         return body
-    return codec.encode_lenient(value)
+    return codec.encode_fallback(value) if fallback else codec.encode(value)
