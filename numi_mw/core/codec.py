@@ -107,27 +107,19 @@ def _not_object() -> ApiError:
     return ApiError(400, "invalid_request", "The request body must be a JSON object.", None)
 
 
-def decode_object(body: bytes) -> tuple[dict[str, Any], bool]:
+def decode_object(body: bytes) -> dict[str, Any]:
     """Decode a JSON request body that must be an object to builtins.
-
-    Returns:
-        ``(data, fallback)``: ``fallback`` is true when msgspec refused the body and ``decode_fallback`` read it
-        (a lone surrogate escape, ``NaN``); encode ``data`` with ``encode_fallback`` then.
 
     Raises:
         ApiError: 400 ``invalid_json`` when ``body`` is not JSON; 400 ``invalid_request`` when it is not an
             object (DESIGN.md error table).
     """
-    fallback = False
     try:
         data = decoder.decode(body)
     except msgspec.DecodeError as exc:
-        data = decode_fallback(body)
-        if data is UNDECODABLE:
-            raise not_json(exc) from None
-        fallback = True
+        raise not_json(exc) from None
     except RecursionError:
         raise too_deep() from None
     if not isinstance(data, dict):
         raise _not_object()
-    return data, fallback
+    return data

@@ -60,9 +60,8 @@ def probe_plain(body: bytes) -> bool | None:
 
     Returns:
         ``None`` when the rules may change something (a reasoning control, a message with ``reasoning`` or
-        ``reasoning_content``) or the shape is unusual (not an object, ``messages`` not an array of objects,
-        or JSON that only ``codec.decode_fallback`` reads): decode it. Otherwise the value of ``"stream": true``
-        (``True``, or ``False`` for anything else).
+        ``reasoning_content``) or the shape is unusual (not an object, ``messages`` not an array of objects):
+        decode it. Otherwise the value of ``"stream": true`` (``True``, or ``False`` for anything else).
 
     Raises:
         ApiError: 400 ``invalid_json`` when ``body`` is not JSON or not UTF-8.
@@ -72,9 +71,7 @@ def probe_plain(body: bytes) -> bool | None:
     except msgspec.ValidationError:
         return None
     except msgspec.DecodeError as exc:
-        if codec.decode_fallback(body) is codec.UNDECODABLE:
-            raise codec.not_json(exc) from None
-        return None  # a lone surrogate escape or NaN: the full path reads it
+        raise codec.not_json(exc) from None
     except RecursionError:
         raise codec.too_deep() from None
     if probe.reasoning or probe.reasoning_effort or probe.include_reasoning:
@@ -130,12 +127,12 @@ def prepare_request(
         plain = probe_plain(body)
         if plain is not None:
             return PreparedRequest(body, False, NO_CONTROLS, plain)
-    data, fallback = codec.decode_object(body)
+    data = codec.decode_object(body)
     controls, changed = normalize_body(data, rules, len(body))
     stream = data.get("stream") is True
     if not changed:
         return PreparedRequest(body, False, controls, stream)
-    return PreparedRequest((codec.encode_fallback if fallback else codec.encode)(data), True, controls, stream)
+    return PreparedRequest(codec.encode(data), True, controls, stream)
 
 
 def normalize_body(data: dict[str, Any], rules: ProviderRules, body_size: int) -> tuple[ReasoningControls, bool]:
@@ -239,7 +236,7 @@ def prepare_routed_request(
     """
     if len(body) > max_body_bytes:
         raise payload_too_large(max_body_bytes, len(body))
-    data, fallback = codec.decode_object(body)
+    data = codec.decode_object(body)
     model_id = data.get("model")
     if not isinstance(model_id, str):
         raise ApiError(400, "invalid_request", "model must be a string naming a catalog model.", "model")
@@ -301,6 +298,5 @@ def prepare_routed_request(
         if len(body) > MIN_DETAIL_LIMIT:
             check_detail_limits(data["messages"])
     stream = data.get("stream") is True
-    encode = codec.encode_fallback if fallback else codec.encode
-    prepared = PreparedRequest(encode(data) if changed else body, changed, controls, stream)
+    prepared = PreparedRequest(codec.encode(data) if changed else body, changed, controls, stream)
     return prepared, decision
