@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from numi_mw.catalog_files import default_catalog, read_catalog
 from numi_mw.core.catalog import CatalogError, unknown_keys
-from numi_mw.core.codec import decoder, encode
+from numi_mw.core.codec import decoder, encode, encode_lenient
 from numi_mw.core.details import fragments_from_body, rebuild_reasoning_details
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import PROVIDERS, ProviderRules, get_provider
@@ -128,7 +128,7 @@ def _rebuild(args: argparse.Namespace) -> int:
     except ValueError as exc:
         sys.stderr.write(f"numi-mw rebuild: {exc}\n")
         return 1
-    sys.stdout.buffer.write(encode(rebuild_reasoning_details(fragments)) + b"\n")
+    sys.stdout.buffer.write(encode_lenient(rebuild_reasoning_details(fragments)) + b"\n")
     return 0
 
 

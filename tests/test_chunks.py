@@ -7,13 +7,14 @@ import json
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from numi_mw.core import chunks as chunks_module
 from numi_mw.core.chunks import ChunkNormalizer
 from numi_mw.core.details import rebuild_reasoning_details
-from numi_mw.core.reasoning_text import ThinkTags
+from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
 from tests.response_support import client_view, rewrite, sse_chunks
 
 ENVELOPE = '"id":"6f1c2b8e-3d4a-4f5b-9c7d-2e8a1b0c9d3f","object":"chat.completion.chunk","created":1790000000,"model":"openai/gpt-6-luna"'
@@ -562,9 +563,49 @@ def test_tags_that_echo_reasoning_content_are_not_doubled_in_a_stream() -> None:
     )
 
 
-def test_tags_with_other_text_than_reasoning_content_still_add_to_it() -> None:
+def test_a_stream_whose_tagged_reasoning_comes_with_reasoning_fields_is_taken_as_an_echo() -> None:
+    # decided per stream, without comparing texts: a partial tag held back shifts tagged text into later chunks
     body = _delta_event(b'{"content":"<think>tagged</think>answer","reasoning_content":"own"}')
-    assert client_view(sse_chunks(rewrite(body, think=ThinkTags()))).reasoning == "owntagged"
+    view = client_view(sse_chunks(rewrite(body, think=ThinkTags())))
+    assert (view.reasoning, view.content) == ("own", "answer")
+
+
+@pytest.mark.parametrize(
+    ("start", "deltas", "reasoning", "content"),
+    [
+        # auto start: "Hm" is held until the closing tag decides, then released in a chunk of its own
+        ("auto", [b'{"content":"Hm","reasoning_content":"Hm"}', b'{"content":"</think>ok"}'], "Hm", "ok"),
+        # a "<" that may open </think> is held back into the next chunk
+        (
+            "content",
+            [
+                b'{"content":"<think>1 <","reasoning_content":"1 <"}',
+                b'{"content":" 2</think>ok","reasoning_content":" 2"}',
+            ],
+            "1 < 2",
+            "ok",
+        ),
+        (
+            "reasoning",
+            [b'{"content":"a <","reasoning_content":"a <"}', b'{"content":"b","reasoning_content":"b"}'],
+            "a <b",
+            "",
+        ),
+    ],
+)
+def test_echoed_tags_are_not_doubled_whatever_the_start_and_held_text(
+    start: ThinkStart, deltas: list[bytes], reasoning: str, content: str
+) -> None:
+    body = b"".join(_delta_event(delta) for delta in deltas)
+    view = client_view(sse_chunks(rewrite(body, think=ThinkTags(start=start))))
+    assert (view.reasoning, view.content) == (reasoning, content)
+
+
+def test_tags_with_other_text_than_reasoning_content_add_to_it_in_a_buffered_body() -> None:
+    from tests.response_support import rewrite_json
+
+    body = b'{"choices":[{"index":0,"message":{"content":"<think>tagged</think>answer","reasoning_content":"own"}}]}'
+    assert json.loads(rewrite_json(body, think=ThinkTags()))["choices"][0]["message"]["reasoning"] == "owntagged"
 
 
 def test_tags_that_echo_reasoning_content_are_not_doubled_in_a_buffered_completion() -> None:
@@ -666,3 +707,12 @@ def test_a_buffered_completion_with_nan_is_normalized_and_keeps_it() -> None:
 
     body = b'{"choices":[{"index":0,"message":{"content":"a","reasoning_content":"r"},"logprob":NaN}]}'
     assert rewrite_json(body, exclude=True) == b'{"choices":[{"index":0,"message":{"content":"a"},"logprob":NaN}]}'
+
+
+def test_held_text_with_a_lone_surrogate_is_written_with_its_escape_later() -> None:
+    # auto start holds "\ud83d" (read by the fallback) until the next event, which msgspec reads
+    body = _delta_event(b'{"content":"\\ud83d"}') + _delta_event(b'{"content":"hm</think>ok"}')
+    assert rewrite(body, think=ThinkTags(start="auto")) == _delta_event(
+        b'{"reasoning":"\\ud83dhm","reasoning_details":[{"type":"reasoning.text","text":"\\ud83dhm",'
+        b'"format":"unknown","index":0}]}'
+    ) + _delta_event(b'{"content":"ok"}')

@@ -408,3 +408,14 @@ def test_fragments_from_a_stream_are_those_of_choice_zero_by_its_index() -> None
         {"type": "reasoning.text", "text": "ZERO"},
         {"type": "reasoning.text", "text": "-zero2"},
     ]
+
+
+def test_fragments_are_read_from_what_the_sidecar_sends_nan_and_lone_surrogates_included() -> None:
+    from numi_mw.core.details import fragments_from_body
+
+    body = (
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[{"type":"reasoning.text","text":"a\\ud83d"}]},'
+        b'"logprobs":{"content":[{"logprob":-Infinity}]}}]}\n\n'
+        b'data: {"choices":[{"index":false,"delta":{"reasoning_details":[{"type":"reasoning.text","text":"X"}]}}]}\n\n'
+    )
+    assert fragments_from_body(body) == [{"type": "reasoning.text", "text": "a\ud83d"}]

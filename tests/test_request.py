@@ -252,3 +252,23 @@ def test_invalid_utf8_message_names_the_byte() -> None:
     with pytest.raises(ApiError) as info:
         prepare_request(b'{"model": "ok \xc3\xa9 \xff"}', OPENROUTER)
     assert info.value.message == "The request body is not valid UTF-8 (byte 17); send UTF-8 encoded JSON."
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model":"m","messages":[{"role":"user","content":"a\\ud83d"}]}',
+        b'{"model":"m","temperature":NaN}',
+        b'{"model":"m","reasoning_effort":"high","temperature":-Infinity}',
+    ],
+)
+def test_a_lone_surrogate_or_nan_in_a_request_gets_a_400_that_says_so(raw: bytes) -> None:
+    with pytest.raises(ApiError) as info:
+        prepare_request(raw, get_provider("deepseek"))
+    assert (info.value.status, info.value.code, info.value.message) == (
+        400,
+        "invalid_json",
+        "The request body holds a lone UTF-16 surrogate escape (\\ud800 to \\udfff without its pair), which is not "
+        "a Unicode character, or a NaN or Infinity literal, which is not JSON; send whole characters and finite "
+        "numbers.",
+    )

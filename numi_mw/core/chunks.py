@@ -56,27 +56,24 @@ class _Choice:
     echoing: bool = False  # the stream's reasoning tags repeat its reasoning fields (``_echoes``)
 
 
-def _echoes(state: _Choice, delta: dict[str, Any], pieces: list[Piece]) -> bool:
-    """Whether the reasoning ``pieces`` a think splitter cut from ``delta.content`` repeat reasoning the stream
-    already carries in its own fields, so that sending both would double it (spec 004 "Streaming": read one of
-    the two, never both). llama.cpp with ``--reasoning-format deepseek-legacy`` sends each thinking token twice:
-    in ``reasoning_content`` and, inside ``<think>`` tags, in ``content``.
+def _echoes(state: _Choice, delta: dict[str, Any], pieces: list[Piece], splitter: ThinkSplitter) -> bool:
+    """Whether the reasoning a think splitter cuts from this stream's ``content`` repeats reasoning the stream
+    carries in its own fields, so that sending both would double it (spec 004 "Streaming": read one of the two,
+    never both). llama.cpp with ``--reasoning-format deepseek-legacy`` sends each thinking token twice: in
+    ``reasoning_content`` and, inside ``<think>`` tags, in ``content``.
 
-    Decided per chunk: the pieces' reasoning text equals the delta's own (``reasoning``, ``reasoning_content``
-    or the details' visible text), ignoring surrounding whitespace. Once that happened, the stream is known
-    to echo, and every later piece of reasoning from tags is a copy too (a held-back partial tag can shift a
-    piece into another chunk).
+    Decided for the whole stream at the first chunk that carries its own reasoning text (``reasoning``,
+    ``reasoning_content`` or the details' visible text) while its ``content`` is reasoning to the splitter: it
+    gave reasoning pieces, or holds back text that may turn out to be reasoning (auto start, a partial tag).
+    The texts are not compared: a held-back partial tag shifts tagged text into a later chunk.
     """
-    thought = "".join(text for kind, text in pieces if kind == "reasoning")
-    if not thought:
-        return False
     if state.echoing:
         return True
-    said = _own_reasoning(delta)
-    if said is not None and said.strip() == thought.strip():
+    if _own_reasoning(delta) is None:
+        return False
+    if splitter.holds_reasoning or any(kind == "reasoning" for kind, _ in pieces):
         state.echoing = True
-        return True
-    return False
+    return state.echoing
 
 
 def _own_reasoning(delta: dict[str, Any]) -> str | None:
@@ -262,8 +259,8 @@ class ChunkNormalizer:
             pieces = splitter.feed(content)
         if splitter is not None and flush:
             pieces = _merge(pieces + splitter.flush())
-        if pieces and _echoes(state, delta, pieces):  # the tags repeat the delta's own reasoning: drop the copy
-            pieces = [piece for piece in pieces if piece[0] != "reasoning"]
+        if splitter is not None:
+            _echoes(state, delta, pieces, splitter)  # tags that repeat the reasoning fields: _piece_fields drops them
         main = _ordered(
             delta,
             {
@@ -291,7 +288,7 @@ class ChunkNormalizer:
         kind, text = piece
         if kind == "content":
             return {"content": text}
-        if self.exclude:
+        if self.exclude or state.echoing:
             return {}
         entry = self._emit(state, {"type": "reasoning.text", "text": text, "format": "unknown"})
         return {"reasoning": text, "reasoning_details": [entry] if entry is not None else []}

@@ -19,8 +19,21 @@ encode = encoder.encode
 (it runs once per rewritten SSE event)."""
 
 
-def not_json(exc: msgspec.DecodeError) -> ApiError:
-    """The 400 ``invalid_json`` error for a request body msgspec could not decode (``exc`` says where)."""
+def not_json(exc: msgspec.DecodeError, body: bytes | None = None) -> ApiError:
+    """The 400 ``invalid_json`` error for a request ``body`` msgspec could not decode (``exc`` says where).
+
+    When the standard library reads the body (``decode_fallback``), the message names what msgspec refused
+    instead of its own words ("Input data was truncated" for a lone surrogate): requests must be strict JSON.
+    """
+    if body is not None and decode_fallback(body) is not UNDECODABLE:
+        return ApiError(
+            400,
+            "invalid_json",
+            "The request body holds a lone UTF-16 surrogate escape (\\ud800 to \\udfff without its pair), which "
+            "is not a Unicode character, or a NaN or Infinity literal, which is not JSON; send whole characters "
+            "and finite numbers.",
+            None,
+        )
     return ApiError(400, "invalid_json", f"The request body is not valid JSON ({exc}); send a JSON object.", None)
 
 
@@ -117,7 +130,7 @@ def decode_object(body: bytes) -> dict[str, Any]:
     try:
         data = decoder.decode(body)
     except msgspec.DecodeError as exc:
-        raise not_json(exc) from None
+        raise not_json(exc, body) from None
     except RecursionError:
         raise too_deep() from None
     if not isinstance(data, dict):

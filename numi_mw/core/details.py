@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from numi_mw.core.errors import ApiError
 
 __all__ = [
@@ -239,15 +237,12 @@ def fragments_from_body(body: bytes) -> list[Any]:
     Raises:
         ValueError: ``body`` is neither.
     """
-    from numi_mw.core.codec import decoder
+    from numi_mw.core.codec import UNDECODABLE, decode_lenient
     from numi_mw.core.sse import SSEDecoder
 
     stripped = body.lstrip()
     if stripped.startswith(b"["):
-        try:
-            value = decoder.decode(body)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            raise ValueError(f"not a JSON list of fragments: {exc}") from None
+        value = decode_lenient(body)
         if not isinstance(value, list):
             raise ValueError("not a JSON list of fragments")
         return value
@@ -258,16 +253,16 @@ def fragments_from_body(body: bytes) -> list[Any]:
     for event in events:
         if event.data is None or event.is_done:
             continue
-        try:
-            chunk = decoder.decode(event.data)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            raise ValueError(f"an SSE event is not JSON: {exc}") from None
+        chunk = decode_lenient(event.data)  # what the sidecar sends, NaN and lone surrogates included
+        if chunk is UNDECODABLE:
+            raise ValueError(f"an SSE event is not JSON: {event.data[:80]!r}")
         seen = True
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
         if not isinstance(choices, list):
             continue
         for choice in choices:  # choice 0 by its index (a missing index counts as 0), not by list position
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            index = choice.get("index", 0) if isinstance(choice, dict) else None
+            if type(index) is not int or index != 0:
                 continue
             delta = choice.get("delta")
             details = delta.get("reasoning_details") if isinstance(delta, dict) else None

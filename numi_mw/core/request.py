@@ -71,7 +71,7 @@ def probe_plain(body: bytes) -> bool | None:
     except msgspec.ValidationError:
         return None
     except msgspec.DecodeError as exc:
-        raise codec.not_json(exc) from None
+        raise codec.not_json(exc, body) from None
     except RecursionError:
         raise codec.too_deep() from None
     if probe.reasoning or probe.reasoning_effort or probe.include_reasoning:

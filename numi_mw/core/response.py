@@ -223,9 +223,13 @@ class ResponseRewriter:
         if chunks is UNCHANGED:
             return raw
         one_line = len(raw) - len(data) <= _ONE_DATA_LINE  # the event is one data line and its blank line
-        if one_line and len(chunks) == 1:
-            return b"data: " + codec.encode(chunks[0]) + b"\n\n"
-        return _frame(raw, one_line, event, id, [codec.encode(chunk) for chunk in chunks])
+        try:
+            if one_line and len(chunks) == 1:
+                return b"data: " + codec.encode(chunks[0]) + b"\n\n"
+            encoded = [codec.encode(chunk) for chunk in chunks]
+        except UnicodeEncodeError:  # text a think splitter held from an event only the fallback could read
+            encoded = [codec.encode_lenient(chunk) for chunk in chunks]
+        return _frame(raw, one_line, event, id, encoded)
 
     def _lenient(self, raw: bytes, data: bytes, event: str | None, id: str | None) -> bytes:
         """``_data`` for data msgspec refused: what the standard library reads (a lone UTF-16 surrogate, ``NaN``

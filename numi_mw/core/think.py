@@ -143,6 +143,12 @@ class ThinkSplitter:
         """The kind of the text being read now: ``"reasoning"`` or ``"content"``."""
         return self._mode
 
+    @property
+    def holds_reasoning(self) -> bool:
+        """Whether text held back so far may turn out to be reasoning: leading text in auto mode, or a possible
+        partial tag inside reasoning."""
+        return (self._undecided and self._lead_len > 0) or (self._mode == _REASONING and self._pending != "")
+
     def feed(self, text: str) -> list[Piece]:
         """Add the next piece of content text; return the pieces it decides, in order.
 
