@@ -391,3 +391,12 @@ def test_a_zai_route_gets_thinking_unless_the_model_does_not_reason() -> None:
     raw = json.dumps({"model": "z-ai/glm-4-flash", "messages": [{"role": "user", "content": "Hi"}]}).encode()
     prepared, _ = prepare_routed_request(raw, ZAI_CATALOG)
     assert json.loads(prepared.body) == {"model": "glm-4-flash", "messages": [{"role": "user", "content": "Hi"}]}
+
+
+def test_an_effort_beside_enabled_false_is_not_routed_on() -> None:
+    # enabled: false turns reasoning off whatever effort came with it, so no endpoint is refused for the effort
+    raw = json.dumps({"model": "vendor/listed", "reasoning": {"enabled": False, "effort": "xhigh"}}).encode()
+    prepared, decision = prepare_routed_request(raw, CATALOG)
+    assert decision.endpoint == "openrouter/listed"
+    # (the model's effort mode then moves the effort to its nearest listed level, spec 000 "Reasoning Modes")
+    assert json.loads(prepared.body) == {"model": "vendor/listed", "reasoning": {"enabled": False, "effort": "high"}}

@@ -16,7 +16,8 @@ anything else                          always (missing facts never exclude)
 =====================================  ==========================================================================
 
 When no endpoint accepts the effort: 400 ``invalid_request`` on ``reasoning.effort``, listing the accepted
-efforts. ``enabled: false`` is not an effort and does not narrow default routing.
+efforts. ``enabled: false`` is not an effort and does not narrow default routing; an effort sent beside it is
+not routed on either (reasoning is off whatever the effort).
 
 Strict routing (``provider.require_parameters: true``): every applicable row of spec 004's table must hold, and
 a fact the endpoint does not publish counts as not declared:
@@ -166,7 +167,9 @@ def eligible_endpoints(
             "provider_unavailable",
             f'Model "{model.id}" has no endpoint; add one to the catalog or choose another model.',
         )
-    effort = controls.effort
+    # enabled: false turns reasoning off whatever effort came with it (no effort goes upstream then): the
+    # effort rows do not apply, and the strict row for enabled: false does
+    effort = None if controls.enabled is False and controls.effort != "none" else controls.effort
     eligible: list[Endpoint] = []
     effort_failures = 0
     reasons: list[str] = []
