@@ -195,6 +195,7 @@ def test_zai_keeps_the_clients_own_thinking() -> None:
             {"reasoning": {"effort": "high"}, "max_tokens": 50000, "max_completion_tokens": 3000},
             {"type": "enabled", "budget_tokens": 2999},
         ),
+        ({"reasoning": {"effort": "high"}, "max_tokens": 1500.0}, {"type": "enabled", "budget_tokens": 1499}),
     ],
 )
 def test_anthropic_gets_a_thinking_budget(request_fields: dict[str, Any], thinking: dict[str, Any]) -> None:
@@ -221,3 +222,13 @@ def test_zai_gets_thinking_with_no_controls_at_all() -> None:
     body, controls = send({"model": "glm-4.7", "messages": MSGS}, "zai")
     assert body == {"model": "glm-4.7", "messages": MSGS, "thinking": {"type": "enabled", "clear_thinking": False}}
     assert controls.present is False
+
+
+def test_zai_replaces_a_null_thinking() -> None:
+    body, _ = send({"model": "glm-4.7", "thinking": None, "messages": MSGS}, "zai")
+    assert body == {"model": "glm-4.7", "thinking": {"type": "enabled", "clear_thinking": False}, "messages": MSGS}
+
+
+def test_anthropic_replaces_a_null_thinking_where_reasoning_stood() -> None:
+    body, _ = send({"model": "claude", "reasoning_effort": "low", "thinking": None, "max_tokens": 9000}, "anthropic")
+    assert body == {"model": "claude", "thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 9000}

@@ -170,3 +170,9 @@ def test_messages_of_the_wrong_shape_get_400(messages: object, param: str) -> No
             "param": param,
         }
     }
+
+
+@pytest.mark.parametrize("provider", REASONING_PROVIDERS)
+def test_a_null_reasoning_content_beside_reasoning_goes(provider: str) -> None:
+    message = upstream_assistant(provider, reasoning="R.", reasoning_content=None)
+    assert message == {"role": "assistant", "content": "Hello.", "reasoning": "R."}

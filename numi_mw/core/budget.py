@@ -19,12 +19,14 @@ EFFORT_BUDGETS: dict[str, int] = {
 
 def output_limit(body: dict[str, object]) -> int | None:
     """The request's total output limit in tokens: the smaller of ``max_tokens`` and ``max_completion_tokens``
-    where each is a positive integer (a ``null`` one counts as absent), else ``None`` (no limit known)."""
-    limits = [
-        value
-        for value in (body.get("max_tokens"), body.get("max_completion_tokens"))
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0
-    ]
+    where each is a positive whole number (``1500`` or ``1500.0``; a ``null`` one counts as absent), else
+    ``None`` (no limit known)."""
+    limits: list[int] = []
+    for value in (body.get("max_tokens"), body.get("max_completion_tokens")):
+        if isinstance(value, float) and value.is_integer():  # 1500.0 or 1e3: a whole number of tokens
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            limits.append(value)
     return min(limits) if limits else None
 
 

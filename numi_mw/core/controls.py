@@ -164,7 +164,7 @@ def encode_controls(body: dict[str, Any], controls: ReasoningControls, rules: Pr
         thinking = {"type": "disabled"} if controls.off else dict(ZAI_THINKING)
     else:
         thinking = _anthropic_thinking(body, controls)
-    if "thinking" in body or thinking is None:
+    if body.get("thinking") is not None or thinking is None:  # a null thinking counts as absent
         _replace_key(body, "reasoning", {})
     else:
         _replace_key(body, "reasoning", {"thinking": thinking})
@@ -181,12 +181,12 @@ def add_zai_thinking(body: dict[str, Any], rules: ProviderRules) -> bool:
 
     Spec 000 "Provider-Specific Handling": "The Z.AI provider adds thinking.type: enabled and clear_thinking:
     false to the request." A request with controls gets its ``thinking`` from ``encode_controls``; one that
-    carries its own ``thinking`` keeps it. The object goes last. Returns whether ``body`` changed (only for the
-    ``zai-thinking`` form).
+    carries its own ``thinking`` keeps it (a ``null`` one counts as absent). The object goes last. Returns
+    whether ``body`` changed (only for the ``zai-thinking`` form).
     """
-    if rules.controls_form != "zai-thinking" or "thinking" in body:
+    if rules.controls_form != "zai-thinking" or body.get("thinking") is not None:
         return False
-    body["thinking"] = dict(ZAI_THINKING)
+    body["thinking"] = dict(ZAI_THINKING)  # a null one is replaced where it stands
     return True
 
 

@@ -65,6 +65,9 @@ def normalize_message(message: dict[str, Any], field: ReasoningField) -> bool:
         if field == "reasoning_content":
             _rename(message, "reasoning", "reasoning_content", r)
             return True
+        if "reasoning_content" in message:  # a null beside the reasoning it would name: absent
+            del message["reasoning_content"]
+            return True
         return False
     if rc == "":
         if r == "":  # both empty: one representation, the explicit empty reasoning_content
