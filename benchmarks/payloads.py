@@ -73,9 +73,9 @@ def _pad_to(body: dict[str, Any], size: int, message_index: int) -> bytes:
     return raw
 
 
-def request_2kb(*, stream: bool = False) -> bytes:
-    """A 2 KB request with 3 messages and both shorthands (``reasoning_effort``, ``include_reasoning``)."""
-    rng = random.Random(2)
+def _chat_2kb(seed: int, controls: dict[str, Any], *, stream: bool) -> bytes:
+    """A 2 KB chat request with 3 messages (seeded text), ``controls`` before the sampling fields."""
+    rng = random.Random(seed)
     body: dict[str, Any] = {
         "model": _MODEL,
         "messages": [
@@ -83,8 +83,7 @@ def request_2kb(*, stream: bool = False) -> bytes:
             {"role": "user", "content": "How many times does the letter r appear in strawberry? " + _text(rng, 30)},
             {"role": "user", "content": "Answer in one sentence. "},
         ],
-        "reasoning_effort": "high",
-        "include_reasoning": False,
+        **controls,
         "max_tokens": 4096,
         "temperature": 0.2,
     }
@@ -93,22 +92,14 @@ def request_2kb(*, stream: bool = False) -> bytes:
     return _pad_to(body, 2 * KIB, 2)
 
 
+def request_2kb(*, stream: bool = False) -> bytes:
+    """A 2 KB request with 3 messages and both shorthands (``reasoning_effort``, ``include_reasoning``)."""
+    return _chat_2kb(2, {"reasoning_effort": "high", "include_reasoning": False}, stream=stream)
+
+
 def plain_2kb(*, stream: bool = False) -> bytes:
     """A 2 KB request with 3 messages and nothing to normalize (the request probe lets it through)."""
-    rng = random.Random(3)
-    body: dict[str, Any] = {
-        "model": _MODEL,
-        "messages": [
-            {"role": "system", "content": "You are a concise assistant. " + _text(rng, 20)},
-            {"role": "user", "content": "How many times does the letter r appear in strawberry? " + _text(rng, 30)},
-            {"role": "user", "content": "Answer in one sentence. "},
-        ],
-        "max_tokens": 4096,
-        "temperature": 0.2,
-    }
-    if stream:
-        body["stream"] = True
-    raw = _pad_to(body, 2 * KIB, 2)
+    raw = _chat_2kb(3, {}, stream=stream)
     if b"reasoning" in raw or b"\\u" in raw:  # pragma: no cover - guards the payload's purpose
         raise AssertionError("plain_2kb must have nothing to normalize")
     return raw
