@@ -62,7 +62,11 @@ class ReasoningMiddleware:
         self._excluding = ResponseOptions(exclude=True, think=self.think)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not is_chat_completions(scope["method"], scope["path"]) or not _is_json(scope):
+        if scope["type"] != "http" or not is_chat_completions(scope["method"], scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        is_json, accepts_encoding = _scan_headers(scope)
+        if not is_json:
             await self.app(scope, receive, send)
             return
         body = await self._read_body(receive, send)
@@ -77,7 +81,7 @@ class ReasoningMiddleware:
             headers = [(k, v) for k, v in scope["headers"] if k not in _REQUEST_FRAMING]
             headers.append((b"content-length", str(len(prepared.body)).encode()))
             scope = {**scope, "headers": headers}
-        elif any(k == b"accept-encoding" for k, _ in scope["headers"]):
+        elif accepts_encoding:
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"accept-encoding"]}
         options = self._excluding if prepared.controls.exclude else self._including
         await self.app(scope, _Replay(prepared.body, receive), _ResponseNormalizer(options, send))
@@ -114,11 +118,18 @@ _REQUEST_FRAMING = (b"content-length", b"transfer-encoding", b"accept-encoding")
 and ``accept-encoding``, so that a compression middleware inside this one leaves the answer readable."""
 
 
-def _is_json(scope: Scope) -> bool:
+def _scan_headers(scope: Scope) -> tuple[bool, bool]:
+    """One pass over the request headers: whether the body is JSON (the first ``content-type`` has ``json``,
+    or there is none) and whether there is an ``accept-encoding`` header."""
+    content_type: bytes | None = None
+    accepts_encoding = False
     for key, value in scope["headers"]:
         if key == b"content-type":
-            return b"json" in value.lower()
-    return True
+            if content_type is None:
+                content_type = value
+        elif key == b"accept-encoding":
+            accepts_encoding = True
+    return content_type is None or b"json" in content_type.lower(), accepts_encoding
 
 
 class _Replay:
