@@ -53,27 +53,24 @@ class _Choice:
     rebuilder: DetailsRebuilder = field(default_factory=lambda: DetailsRebuilder(track_text=_NO_TEXT))
     splitter: ThinkSplitter | None = None
     finished: bool = False
-    echoing: bool = False  # the stream's reasoning tags repeat its reasoning fields (``_echoes``)
+    echoing: bool = False  # the stream's reasoning tags repeat its reasoning fields (``_note_echo``)
 
 
-def _echoes(state: _Choice, delta: dict[str, Any], pieces: list[Piece], splitter: ThinkSplitter) -> bool:
-    """Whether the reasoning a think splitter cuts from this stream's ``content`` repeats reasoning the stream
-    carries in its own fields, so that sending both would double it (spec 004 "Streaming": read one of the two,
-    never both). llama.cpp with ``--reasoning-format deepseek-legacy`` sends each thinking token twice: in
-    ``reasoning_content`` and, inside ``<think>`` tags, in ``content``.
+def _note_echo(state: _Choice, delta: dict[str, Any], pieces: list[Piece], splitter: ThinkSplitter) -> None:
+    """Set ``state.echoing`` when the reasoning a think splitter cuts from this stream's ``content`` repeats
+    reasoning the stream carries in its own fields, so that sending both would double it (spec 004
+    "Streaming": read one of the two, never both). llama.cpp with ``--reasoning-format deepseek-legacy`` sends
+    each thinking token twice: in ``reasoning_content`` and, inside ``<think>`` tags, in ``content``.
 
     Decided for the whole stream at the first chunk that carries its own reasoning text (``reasoning``,
     ``reasoning_content`` or the details' visible text) while its ``content`` is reasoning to the splitter: it
     gave reasoning pieces, or holds back text that may turn out to be reasoning (auto start, a partial tag).
     The texts are not compared: a held-back partial tag shifts tagged text into a later chunk.
     """
-    if state.echoing:
-        return True
-    if _own_reasoning(delta) is None:
-        return False
+    if state.echoing or _own_reasoning(delta) is None:
+        return
     if splitter.holds_reasoning or any(kind == "reasoning" for kind, _ in pieces):
         state.echoing = True
-    return state.echoing
 
 
 def _own_reasoning(delta: dict[str, Any]) -> str | None:
@@ -260,7 +257,7 @@ class ChunkNormalizer:
         if splitter is not None and flush:
             pieces = _merge(pieces + splitter.flush())
         if splitter is not None:
-            _echoes(state, delta, pieces, splitter)  # tags that repeat the reasoning fields: _piece_fields drops them
+            _note_echo(state, delta, pieces, splitter)  # echoed tags: _piece_fields drops their reasoning
         main = _ordered(
             delta,
             {
