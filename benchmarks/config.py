@@ -21,7 +21,7 @@ class Config:
         concurrency: concurrent client tasks driving a loopback target.
         body_8mb: size of the large request body in bytes.
         blob_8mb: size of its ``reasoning.encrypted`` blob in bytes.
-        memory_events: events fed through ``ResponseRewriter`` by the stream memory case.
+        memory_events: events fed through ``SSERewriter`` by the stream memory case.
         memory_checkpoint: the event count at which the first memory reading is taken.
         memory_seconds: time limit of the stream memory case (it reports how far it got).
     """

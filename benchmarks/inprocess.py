@@ -20,9 +20,9 @@ from benchmarks import baseline, payloads
 from benchmarks.config import Config
 from benchmarks.timing import BatchRunner, Measurement, interleave, ratios, sync_runner, timed_ratio
 from numi_mw import ReasoningMiddleware
-from numi_mw.core.providers import get_provider
+from numi_mw.core.providers import provider_rules
 from numi_mw.core.request import prepare_request
-from numi_mw.core.response import ResponseOptions, ResponseRewriter
+from numi_mw.core.response import ResponseOptions, SSERewriter
 from numi_mw.core.sse import SSEDecoder
 
 PROVIDER = "openrouter"
@@ -219,7 +219,7 @@ def _median_ratio(samples: dict[str, list[float]], numerator: str, denominator: 
 
 
 def run_request(config: Config) -> list[Measurement]:
-    rules = get_provider(PROVIDER)
+    rules = provider_rules(PROVIDER)
     out: list[Measurement] = []
     cases = (
         ("request.history_200kb", "200 KB history (60 messages)", payloads.history_200kb(), 10.0),
@@ -275,7 +275,7 @@ def _numi_stream(events: list[bytes]) -> Callable[[], bytes]:
     options = ResponseOptions()
 
     def run() -> bytes:
-        rewriter = ResponseRewriter(options, "sse")
+        rewriter = SSERewriter(options)
         out = [rewriter.feed(event) for event in events]
         out.append(rewriter.finish())
         return b"".join(out)
@@ -366,7 +366,7 @@ def stream_measurements(name: str, label: str, events: list[bytes], rounds: int,
     return [
         timed_ratio(
             name,
-            f"ResponseRewriter vs stdlib-json baseline, {label} (speedup per event)",
+            f"SSERewriter vs stdlib-json baseline, {label} (speedup per event)",
             samples,
             "baseline (json)",
             "numi_mw",
@@ -377,7 +377,7 @@ def stream_measurements(name: str, label: str, events: list[bytes], rounds: int,
         ),
         timed_ratio(
             f"{name}.vs_split",
-            f"ResponseRewriter vs bare SSE split (SSEDecoder, one-event fast path), {label} (time per event)",
+            f"SSERewriter vs bare SSE split (SSEDecoder, one-event fast path), {label} (time per event)",
             samples,
             "numi_mw",
             "SSE split",

@@ -4,7 +4,7 @@
   process holds before the call (the body itself is already in memory). Measured twice: tracemalloc's peak of
   Python allocations during the call (the figure the target is checked on: deterministic, counts the output
   too), and the growth of peak RSS (``VmHWM`` reset through ``/proc/self/clear_refs`` where the kernel allows).
-- ``stream``: events fed one by one through one ``ResponseRewriter``; tracemalloc's current size after the
+- ``stream``: events fed one by one through one ``SSERewriter``; tracemalloc's current size after the
   checkpoint (10k events) and at the end (100k events), and the time per event in the first and the last
   window of that many events (a run without tracemalloc).
 """
@@ -50,10 +50,10 @@ def _reset_peak_rss() -> bool:
 
 
 def _request_worker(impl: str, path: Path) -> dict[str, Any]:
-    from numi_mw.core.providers import get_provider
+    from numi_mw.core.providers import provider_rules
     from numi_mw.core.request import prepare_request
 
-    rules = get_provider("openrouter")
+    rules = provider_rules("openrouter")
     prepare: Callable[[bytes], bytes]
     if impl == "numi_mw":
 
@@ -92,14 +92,14 @@ def _request_worker(impl: str, path: Path) -> dict[str, Any]:
 
 
 def _stream_worker(events: int, checkpoint: int, seconds: float) -> dict[str, Any]:
-    from numi_mw.core.response import ResponseOptions, ResponseRewriter
+    from numi_mw.core.response import ResponseOptions, SSERewriter
 
     spec = payloads.spec_stream_events(2000)
     cycle, tail = spec[:-3], spec[-3:]
     deadline = time.perf_counter() + seconds / 2
 
     # Timing run, without tracemalloc: time per event in the first and the last window of ``checkpoint`` events.
-    rewriter = ResponseRewriter(ResponseOptions(), "sse")
+    rewriter = SSERewriter(ResponseOptions())
     window_start = time.perf_counter()
     first_window = last_window = None
     timed = 0
@@ -119,7 +119,7 @@ def _stream_worker(events: int, checkpoint: int, seconds: float) -> dict[str, An
     # Memory run, under tracemalloc (the payload events were allocated before it started).
     gc.collect()
     tracemalloc.start()
-    rewriter = ResponseRewriter(ResponseOptions(), "sse")
+    rewriter = SSERewriter(ResponseOptions())
     deadline = time.perf_counter() + seconds / 2
     at_checkpoint = None
     fed = 0
@@ -218,7 +218,7 @@ def run_stream_memory(config: Config) -> list[Measurement]:
     )
     memory = Measurement(
         "stream.memory",
-        f"ResponseRewriter memory retained per event between event {k:,} and event {n:,} (bytes/event)",
+        f"SSERewriter memory retained per event between event {k:,} and event {n:,} (bytes/event)",
         per_event,
         Spread(per_event, per_event, per_event, per_event, per_event, 1),
         "<=",
@@ -233,7 +233,7 @@ def run_stream_memory(config: Config) -> list[Measurement]:
     slowdown = last / first if first and last else None
     timing = Measurement(
         "stream.memory.time",
-        f"ResponseRewriter time per event, last {k:,} events vs first {k:,} of {result['timed_events']:,}",
+        f"SSERewriter time per event, last {k:,} events vs first {k:,} of {result['timed_events']:,}",
         slowdown,
         Spread(slowdown, slowdown, slowdown, slowdown, slowdown, 1) if slowdown is not None else None,
         "<=",

@@ -1,26 +1,44 @@
 """numi_mw: makes LLM reasoning traffic correct across providers.
 
 Three forms share one pure core (``numi_mw.core``): ``ReasoningMiddleware`` (pure ASGI), the sidecar
-(``numi_mw.proxy.create_app``, ``numi-mw serve``) and the benchmark harness (``benchmarks/``).
+(``numi_mw.proxy.create_app``, ``numi-mw serve``) and the benchmark harness (``benchmarks/``). The names below are
+the public API; ``docs/`` describes each.
 """
 
+from numi_mw.core.catalog import Catalog, CatalogError, load_catalog
 from numi_mw.core.controls import ReasoningControls
-from numi_mw.core.errors import ApiError
-from numi_mw.core.providers import PROVIDERS, ProviderRules, get_provider, infer_provider
+from numi_mw.core.details import rebuild_reasoning_details
+from numi_mw.core.errors import ERROR_CODES, ApiError
+from numi_mw.core.providers import PROVIDERS, ProviderRules, infer_provider, provider_rules
 from numi_mw.core.request import PreparedRequest, prepare_request
+from numi_mw.core.response import JSONRewriter, ResponseOptions, SSERewriter, choose_rewriter
+from numi_mw.core.routing import Route, fixed_route
+from numi_mw.core.think import ThinkTags
 from numi_mw.middleware import ReasoningMiddleware
 from numi_mw.proxy import create_app
 
 __all__ = [
+    "ERROR_CODES",
     "PROVIDERS",
     "ApiError",
+    "Catalog",
+    "CatalogError",
+    "JSONRewriter",
     "PreparedRequest",
     "ProviderRules",
     "ReasoningControls",
     "ReasoningMiddleware",
+    "ResponseOptions",
+    "Route",
+    "SSERewriter",
+    "ThinkTags",
+    "choose_rewriter",
     "create_app",
-    "get_provider",
+    "fixed_route",
     "infer_provider",
+    "load_catalog",
     "prepare_request",
+    "provider_rules",
+    "rebuild_reasoning_details",
 ]
 __version__ = "0.1.0"

@@ -1,12 +1,17 @@
-"""Helpers the shells share: the error response and header filtering (no reasoning rules here)."""
+"""What the shells share on the ASGI side: reading a request body under a limit, header lists, the error response.
+
+No reasoning rules here; they are all in ``numi_mw.core``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from starlette.types import Send
+from starlette.types import Receive, Send
 
-from numi_mw.core.errors import ApiError
+from numi_mw.core.errors import ApiError, payload_too_large
+
+Headers = list[tuple[bytes, bytes]]
 
 HOP_BY_HOP = frozenset(
     {
@@ -25,9 +30,24 @@ HOP_BY_HOP = frozenset(
 """Hop-by-hop headers (RFC 9110 section 7.6.1): never forwarded by the sidecar, in either direction."""
 
 
-def without_headers(headers: Iterable[tuple[bytes, bytes]], names: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
-    """The raw ASGI ``headers`` (lower-case names) without the ones in ``names``."""
+def without_headers(headers: Iterable[tuple[bytes, bytes]], names: frozenset[bytes]) -> Headers:
+    """The raw ASGI ``headers`` without the ones in ``names`` (lower case; header names compared lower-cased)."""
     return [(k, v) for k, v in headers if k.lower() not in names]
+
+
+_CONTENT_LENGTH = frozenset((b"content-length",))
+
+
+def with_length(
+    headers: Iterable[tuple[bytes, bytes]], length: int | None, drop: frozenset[bytes] = frozenset()
+) -> Headers:
+    """``headers`` for a body whose length changed: without ``content-length`` (and the names in ``drop``), then
+    ``content-length: length`` at the end when ``length`` (bytes) is given; ``None`` for a body of no fixed
+    length (a rewritten stream)."""
+    out = without_headers(headers, drop | _CONTENT_LENGTH)
+    if length is not None:
+        out.append((b"content-length", str(length).encode()))
+    return out
 
 
 def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
@@ -37,6 +57,38 @@ def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes
         if key.lower() == b"connection":
             names.update(token.strip().lower() for token in value.split(b",") if token.strip())
     return frozenset(names)
+
+
+async def read_body(receive: Receive, limit: int, declared: bytes | None = None) -> bytes | None:
+    """The whole request body from ASGI ``receive``, or ``None`` when the client left before it ended.
+
+    Args:
+        receive: the ASGI receive callable of an HTTP request.
+        limit: the body limit in bytes.
+        declared: the request's ``content-length`` header value, when it has one: a declared length over
+            ``limit`` is refused before any byte is read.
+
+    Raises:
+        ApiError: 413 ``payload_too_large`` when the body (declared or received) is over ``limit`` bytes.
+    """
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise payload_too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise payload_too_large(limit)
+        if not message.get("more_body", False):
+            if not chunks:
+                return chunk
+            chunks.append(chunk)
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 async def send_error(send: Send, error: ApiError) -> None:

@@ -6,16 +6,18 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from numi_mw.catalog_files import default_catalog, read_catalog
 from numi_mw.core.catalog import CatalogError, unknown_keys
 from numi_mw.core.codec import decoder, encode, encode_lenient
 from numi_mw.core.details import fragments_from_body, rebuild_reasoning_details
 from numi_mw.core.errors import ApiError
-from numi_mw.core.providers import PROVIDERS, ProviderRules, get_provider
-from numi_mw.core.reasoning_text import ThinkTags
-from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request, prepare_routed_request
-from numi_mw.core.response import Mode, ResponseOptions, ResponseRewriter, think_tags_for
+from numi_mw.core.providers import PROVIDERS, ProviderRules, provider_rules
+from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request
+from numi_mw.core.response import ResponseOptions, choose_rewriter, think_tags_for
+from numi_mw.core.routing import fixed_route
+from numi_mw.core.think import THINK_STARTS, ThinkTags
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
@@ -52,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--timeout", type=_positive(float), default=600.0, help="upstream read timeout in seconds")
     serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
     _think_arguments(serve)
+    _preserve_argument(serve)
 
     response = commands.add_parser(
         "response", help="read an upstream response (JSON or SSE) on stdin, write what the client receives"
@@ -73,12 +76,23 @@ def _parser() -> argparse.ArgumentParser:
         "--catalog", metavar="FILE", help="route through this catalog; prints {route, body} instead of the body"
     )
     request.add_argument("--session-id", help="the x-session-id header the request would carry")
+    _preserve_argument(request)
 
     catalog = commands.add_parser("catalog", help="model catalog tools")
     catalog_commands = catalog.add_subparsers(dest="catalog_command", required=True, metavar="COMMAND")
     check = catalog_commands.add_parser("check", help="load a catalog file and report its errors")
     check.add_argument("file", metavar="FILE")
     return parser
+
+
+def _preserve_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preserve-reasoning",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with one upstream: replay reasoning in history where the provider takes it (default: on; "
+        "a catalog says it per model)",
+    )
 
 
 def _think_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +104,7 @@ def _think_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--think-start",
-        choices=["content", "reasoning", "auto"],
+        choices=THINK_STARTS,
         default="content",
         help="where a stream starts: content (default), reasoning (the template opened the tag), auto",
     )
@@ -101,7 +115,7 @@ def _think(args: argparse.Namespace, rules: ProviderRules) -> ThinkTags | None:
 
 
 def _response(args: argparse.Namespace) -> int:
-    rules = get_provider(args.provider)
+    rules = provider_rules(args.provider)
     try:
         with open(args.request, "rb") as file:
             request_body = file.read()
@@ -115,8 +129,10 @@ def _response(args: argparse.Namespace) -> int:
         return 1
     body = sys.stdin.buffer.read()
     options = ResponseOptions(exclude=prepared.controls.exclude, think=_think(args, rules))
-    mode: Mode = "sse" if body.lstrip()[:1] not in (b"{", b"[") else "json"
-    rewriter = ResponseRewriter(options, mode)
+    # no headers on stdin: a body that opens like JSON is a buffered completion, anything else a stream
+    content_type = "application/json" if body.lstrip()[:1] in (b"{", b"[") else "text/event-stream"
+    rewriter = choose_rewriter(options, 200, content_type)
+    assert rewriter is not None  # both content types have one
     sys.stdout.buffer.write(rewriter.feed(body) + rewriter.finish())
     return 0
 
@@ -129,23 +145,6 @@ def _rebuild(args: argparse.Namespace) -> int:
         sys.stderr.write(f"numi-mw rebuild: {exc}\n")
         return 1
     sys.stdout.buffer.write(encode_lenient(rebuild_reasoning_details(fragments)) + b"\n")
-    return 0
-
-
-def _routed_request(args: argparse.Namespace, body: bytes) -> int:
-    try:
-        catalog = read_catalog(args.catalog)
-    except CatalogError as error:
-        sys.stderr.write(f"numi-mw request: {error}\n")
-        return 2
-    headers = {"x-session-id": args.session_id} if args.session_id else {}
-    try:
-        prepared, decision = prepare_routed_request(body, catalog, headers=headers)
-    except ApiError as error:
-        sys.stdout.buffer.write(error.to_bytes() + b"\n")
-        return 1
-    out = {"route": decision.describe(), "body": decoder.decode(prepared.body)}
-    sys.stdout.buffer.write(encode(out) + b"\n")
     return 0
 
 
@@ -187,6 +186,7 @@ def _serve(args: argparse.Namespace) -> int:
         timeout=httpx.Timeout(args.timeout, connect=10.0),
         think_tags=args.think_tags,
         think_start=args.think_start,
+        preserve_reasoning=args.preserve_reasoning,
     )
     # The upstream's own date and server headers pass through; uvicorn adds none of its own.
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, server_header=False, date_header=False)
@@ -197,14 +197,26 @@ def _request(args: argparse.Namespace) -> int:
     if args.session_id and not args.catalog:
         sys.stderr.write("numi-mw request: --session-id needs --catalog\n")
         return 2
-    body = sys.stdin.buffer.read()
+    target: Any
     if args.catalog:
-        return _routed_request(args, body)
+        try:
+            target = read_catalog(args.catalog)
+        except CatalogError as error:
+            sys.stderr.write(f"numi-mw request: {error}\n")
+            return 2
+    else:
+        target = fixed_route(provider_rules(args.provider), preserve=args.preserve_reasoning)
+    body = sys.stdin.buffer.read()
+    headers = {"x-session-id": args.session_id} if args.session_id else {}
     try:
-        prepared = prepare_request(body, get_provider(args.provider))
+        prepared = prepare_request(body, target, headers=headers)
     except ApiError as error:
         sys.stdout.buffer.write(error.to_bytes() + b"\n")
         return 1
+    if args.catalog:
+        out = {"route": prepared.route.describe(), "body": decoder.decode(prepared.body)}
+        sys.stdout.buffer.write(encode(out) + b"\n")
+        return 0
     sys.stdout.buffer.write(prepared.body)
     if not prepared.body.endswith(b"\n"):
         sys.stdout.buffer.write(b"\n")

@@ -2,47 +2,49 @@
 
 Mount it in any ASGI app (Starlette, FastAPI). It rewrites the body of ``POST …/chat/completions`` requests
 with a JSON body through ``numi_mw.core.request.prepare_request`` and fixes ``content-length``, then
-normalizes the app's successful response through ``numi_mw.core.response`` (an SSE stream event by event, never
-buffered; a JSON body whole). Everything else (other paths and methods, websockets, lifespan, non-JSON bodies,
-error responses) passes through untouched.
+normalizes the app's successful response through the rewriter ``numi_mw.core.response.choose_rewriter`` picks
+(an SSE stream event by event, never buffered; a JSON body whole). Everything else (other paths and methods,
+websockets, lifespan, non-JSON bodies, error responses) passes through untouched. ``docs/middleware.md`` has
+the details.
 """
 
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from numi_mw.asgi import send_error
-from numi_mw.core.errors import ApiError, payload_too_large
-from numi_mw.core.providers import ProviderRules, get_provider
-from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
+from numi_mw.asgi import read_body, send_error, with_length
+from numi_mw.core.errors import ApiError
+from numi_mw.core.providers import ProviderRules, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
-from numi_mw.core.response import (
-    Mode,
-    ResponseOptions,
-    ResponseRewriter,
-    normalize_completion_body,
-    response_mode,
-    think_tags_for,
-)
+from numi_mw.core.response import JSONRewriter, ResponseOptions, SSERewriter, choose_rewriter, think_tags_for
+from numi_mw.core.routing import fixed_route
+from numi_mw.core.think import THINK_STARTS, ThinkStart, ThinkTags
 
 
 class ReasoningMiddleware:
-    """Normalize reasoning in chat completions requests before the wrapped app sees them.
+    """Normalize reasoning in chat completions requests before the wrapped app sees them, and in its answers.
 
     Args:
         app: the wrapped ASGI application.
-        provider: the target provider whose rules apply (``openrouter``, ``ppq``, ``openai``, ``inception``,
-            ``anthropic``, ``zai``, ``deepseek``, ``local``, ``generic``), or a ``ProviderRules``.
-        max_body_bytes: request body limit in bytes; a larger body gets 413 ``payload_too_large``.
+        provider: the target provider whose rules apply (a name of ``numi_mw.PROVIDERS``: ``openrouter``,
+            ``ppq``, ``openai``, ``inception``, ``anthropic``, ``zai``, ``deepseek``, ``local``, ``generic``), or
+            a ``ProviderRules``.
+        max_body_bytes: request body limit in bytes (a positive ``int``); a larger body gets 413
+            ``payload_too_large``.
         think_tags: split ``<think>`` tags out of response content: ``None`` for the provider's default (on for
             ``local``), ``True``/``False`` to force it, or a ``ThinkTags`` with your own tag families.
-        think_start: where a stream starts for the think splitter (``reasoning_text.ThinkTags.start``).
+        think_start: where a stream starts for the think splitter: ``content``, ``reasoning`` or ``auto``
+            (``ThinkTags.start``).
+        preserve_reasoning: replay reasoning in history where the provider takes it (spec 000 "The Message
+            Preparation Filter", with preservation on); ``False`` filters as the table's "preservation
+            disabled" rows say.
 
     Raises:
-        ValueError: ``provider`` is not a known provider name.
+        ValueError: ``provider`` is not a known provider name, ``max_body_bytes`` is not a positive whole
+            number, or ``think_start`` is not one of ``content``, ``reasoning``, ``auto``.
 
     Bad requests on a chat completions path (not JSON, wrong shape) get the OpenAI-style error body with
-    status 400 and never reach the wrapped app.
+    status 400 and never reach the wrapped app (``docs/errors.md``).
     """
 
     def __init__(
@@ -53,9 +55,15 @@ class ReasoningMiddleware:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         think_tags: bool | ThinkTags | None = None,
         think_start: ThinkStart = "content",
+        preserve_reasoning: bool = True,
     ) -> None:
+        if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
+            raise ValueError(f"max_body_bytes must be a positive whole number of bytes, not {max_body_bytes!r}")
+        if think_start not in THINK_STARTS:
+            raise ValueError(f"think_start must be one of {', '.join(THINK_STARTS)}, not {think_start!r}")
         self.app = app
-        self.rules = provider if isinstance(provider, ProviderRules) else get_provider(provider)
+        self.rules = provider if isinstance(provider, ProviderRules) else provider_rules(provider)
+        self.route = fixed_route(self.rules, preserve=preserve_reasoning)
         self.max_body_bytes = max_body_bytes
         self.think = think_tags_for(self.rules, think_tags, think_start)
         self._including = ResponseOptions(exclude=False, think=self.think)
@@ -65,71 +73,47 @@ class ReasoningMiddleware:
         if scope["type"] != "http" or not is_chat_completions(scope["method"], scope["path"]):
             await self.app(scope, receive, send)
             return
-        is_json, accepts_encoding = _scan_headers(scope)
+        is_json, accepts_encoding, declared = _scan_headers(scope)
         if not is_json:
             await self.app(scope, receive, send)
             return
-        body = await self._read_body(receive, send)
-        if body is None:
-            return
         try:
-            prepared = prepare_request(body, self.rules, max_body_bytes=self.max_body_bytes)
+            body = await read_body(receive, self.max_body_bytes, declared)
+            if body is None:  # the client left
+                return
+            prepared = prepare_request(body, self.route, max_body_bytes=self.max_body_bytes)
         except ApiError as error:
             await send_error(send, error)
             return
         if prepared.changed:  # the app now gets the whole body at once: its length, no chunked framing
-            headers = [(k, v) for k, v in scope["headers"] if k not in _REQUEST_FRAMING]
-            headers.append((b"content-length", str(len(prepared.body)).encode()))
-            scope = {**scope, "headers": headers}
+            scope = {**scope, "headers": with_length(scope["headers"], len(prepared.body), _REQUEST_FRAMING)}
         elif accepts_encoding:
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"accept-encoding"]}
         options = self._excluding if prepared.controls.exclude else self._including
-        await self.app(scope, _Replay(prepared.body, receive), _ResponseNormalizer(options, send))
-
-    async def _read_body(self, receive: Receive, send: Send) -> bytes | None:
-        """The whole request body, or ``None`` when the client left or the body is over the limit (then the
-        413 error has been sent)."""
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        body: bytes = message.get("body", b"")
-        if message.get("more_body", False):
-            chunks = [body]
-            size = len(body)
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    return None
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > self.max_body_bytes:
-                    break
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    return b"".join(chunks)
-        elif len(body) <= self.max_body_bytes:
-            return body
-        await send_error(send, payload_too_large(self.max_body_bytes))
-        return None
+        await self.app(scope, _Replay(prepared.body, receive), _NormalizingSend(options, send))
 
 
-_REQUEST_FRAMING = (b"content-length", b"transfer-encoding", b"accept-encoding")
-"""Request headers a chat completions request loses on its way to the app: the framing of a rewritten body,
-and ``accept-encoding``, so that a compression middleware inside this one leaves the answer readable."""
+_REQUEST_FRAMING = frozenset((b"transfer-encoding", b"accept-encoding"))
+"""Request headers a rewritten chat completions request loses on its way to the app, beside its old
+``content-length``: its framing, and ``accept-encoding``, so that a compression middleware inside this one
+leaves the answer readable."""
 
 
-def _scan_headers(scope: Scope) -> tuple[bool, bool]:
-    """One pass over the request headers: whether the body is JSON (the first ``content-type`` has ``json``,
-    or there is none) and whether there is an ``accept-encoding`` header."""
+def _scan_headers(scope: Scope) -> tuple[bool, bool, bytes | None]:
+    """One pass over the request headers: whether the body is JSON (the first ``content-type`` has ``json``, or
+    there is none), whether there is an ``accept-encoding`` header, and the ``content-length`` value."""
     content_type: bytes | None = None
     accepts_encoding = False
+    declared: bytes | None = None
     for key, value in scope["headers"]:
         if key == b"content-type":
             if content_type is None:
                 content_type = value
         elif key == b"accept-encoding":
             accepts_encoding = True
-    return content_type is None or b"json" in content_type.lower(), accepts_encoding
+        elif key == b"content-length":
+            declared = value
+    return content_type is None or b"json" in content_type.lower(), accepts_encoding, declared
 
 
 class _Replay:
@@ -149,78 +133,70 @@ class _Replay:
         return {"type": "http.request", "body": body, "more_body": False}
 
 
-class _ResponseNormalizer:
-    """The wrapped app's ``send``: its successful response normalized by ``core.response`` (an SSE stream event
-    by event, a JSON body whole; anything else untouched)."""
+class _NormalizingSend:
+    """The wrapped app's ``send``: its response through the rewriter ``choose_rewriter`` picks at the start (an
+    SSE stream event by event, a JSON body whole), or untouched when it picks none."""
 
-    __slots__ = ("held", "mode", "options", "rewriter", "send", "start")
+    __slots__ = ("options", "rewriter", "send", "split", "start", "started")
 
     def __init__(self, options: ResponseOptions, send: Send) -> None:
         self.options = options
         self.send = send
-        self.mode: Mode | None = None
-        self.rewriter: ResponseRewriter | None = None
+        self.started = False
+        self.rewriter: SSERewriter | JSONRewriter | None = None
         self.start: Message = {}
-        self.held: list[bytes] = []
+        self.split = False  # the JSON body came in more than one message
 
     async def __call__(self, message: Message) -> None:
-        mode = self.mode
-        if mode is None:
-            if message["type"] == "http.response.start":
-                self._begin(message)
-                if self.mode != "json":
+        rewriter = self.rewriter
+        if rewriter is None:
+            if not self.started and message["type"] == "http.response.start":
+                self.started = True
+                rewriter = self.rewriter = self._choose(message)
+                if rewriter is None:
+                    await self.send(message)
+                elif isinstance(rewriter, SSERewriter):
+                    self.start = {**message, "headers": with_length(message.get("headers", ()), None)}
                     await self.send(self.start)
+                else:
+                    self.start = message  # held until the body is whole: its length may change
                 return
-        elif mode != "pass" and message["type"] == "http.response.body":
-            if mode == "json":
-                await self._json_body(message)
-            else:
-                await self._sse_body(message)
-            return
-        await self.send(message)
+            await self.send(message)
+        elif message["type"] != "http.response.body":
+            await self.send(message)
+        elif isinstance(rewriter, SSERewriter):
+            more = message.get("more_body", False)
+            out = rewriter.feed(message.get("body", b""))
+            if not more:
+                out += rewriter.finish()
+            if out or not more:
+                await self.send({"type": "http.response.body", "body": out, "more_body": more})
+        else:
+            await self._json_body(rewriter, message)
 
-    def _begin(self, message: Message) -> None:
-        content_type = None
-        encoded = False
-        for key, value in message.get("headers", ()):
+    def _choose(self, start: Message) -> SSERewriter | JSONRewriter | None:
+        content_type = encoding = None
+        for key, value in start.get("headers", ()):
             name = key.lower()
             if name == b"content-type":
                 content_type = value.decode("latin-1")
             elif name == b"content-encoding":
-                encoded = value.strip().lower() not in (b"identity", b"")
-        # a compressed body cannot be read here: it goes out as the app sent it
-        self.mode = mode = "pass" if encoded else response_mode(message["status"], content_type)
-        self.start = message
-        if mode == "sse":
-            self.rewriter = ResponseRewriter(self.options, mode)
-            headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != b"content-length"]
-            self.start = {**message, "headers": headers}
+                encoding = value.decode("latin-1")
+        # a body the app compressed cannot be read here: no rewriter, it goes out as the app sent it
+        return choose_rewriter(self.options, start["status"], content_type, encoding)
 
-    async def _json_body(self, message: Message) -> None:
-        chunk = message.get("body", b"")
+    async def _json_body(self, rewriter: JSONRewriter, message: Message) -> None:
+        rewriter.feed(message.get("body", b""))
         if message.get("more_body", False):
-            self.held.append(chunk)
+            self.split = True
             return
-        body = b"".join([*self.held, chunk]) if self.held else chunk
-        out = normalize_completion_body(body, self.options)
-        if out is chunk:  # unchanged, and it came in one message: both messages go on as they came
-            await self.send(self.start)
-            await self.send(message)
-            return
+        out = rewriter.finish()
         start = self.start
-        if out is not body:
-            headers = [(k, v) for k, v in start.get("headers", ()) if k.lower() != b"content-length"]
-            headers.append((b"content-length", str(len(out)).encode()))
-            start = {**start, "headers": headers}
-        await self.send(start)
+        if not rewriter.changed:
+            await self.send(start)
+            if not self.split:  # it came in one message: both go on as they came
+                await self.send(message)
+                return
+        else:
+            await self.send({**start, "headers": with_length(start.get("headers", ()), len(out))})
         await self.send({"type": "http.response.body", "body": out, "more_body": False})
-
-    async def _sse_body(self, message: Message) -> None:
-        rewriter = self.rewriter
-        assert rewriter is not None
-        more = message.get("more_body", False)
-        out = rewriter.feed(message.get("body", b""))
-        if not more:
-            out += rewriter.finish()
-        if out or not more:
-            await self.send({"type": "http.response.body", "body": out, "more_body": more})

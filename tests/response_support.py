@@ -1,4 +1,4 @@
-"""Helpers for response tests: run bytes through the core's ``ResponseRewriter`` and read the client's view."""
+"""Helpers for response tests: run bytes through the core's ``SSERewriter`` and read the client's view."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from typing import Any
 from openai.lib.streaming._deltas import accumulate_delta
 
 from benchmarks.payloads import split_events
-from numi_mw.core.reasoning_text import ThinkTags
-from numi_mw.core.response import ResponseOptions, ResponseRewriter
+from numi_mw.core.response import JSONRewriter, ResponseOptions, SSERewriter
 from numi_mw.core.sse import SSEDecoder
+from numi_mw.core.think import ThinkTags
 
 
 def rewrite(body: bytes, *, exclude: bool = False, think: ThinkTags | None = None, cuts: tuple[int, ...] = ()) -> bytes:
     """The client's bytes for an upstream SSE ``body`` fed in pieces cut at ``cuts``."""
-    rewriter = ResponseRewriter(ResponseOptions(exclude=exclude, think=think), "sse")
+    rewriter = SSERewriter(ResponseOptions(exclude=exclude, think=think))
     bounds = [0, *cuts, len(body)]
     out = [rewriter.feed(body[a:b]) for a, b in itertools.pairwise(bounds)]
     return b"".join(out) + rewriter.finish()
@@ -26,13 +26,13 @@ def rewrite(body: bytes, *, exclude: bool = False, think: ThinkTags | None = Non
 def rewrite_by_event(body: bytes, *, exclude: bool = False, think: ThinkTags | None = None) -> bytes:
     """The client's bytes for ``body`` fed one event per chunk, as most upstreams send it (so the decoder's
     one-event fast path, ``SSEDecoder.single_data``, carries most events)."""
-    rewriter = ResponseRewriter(ResponseOptions(exclude=exclude, think=think), "sse")
+    rewriter = SSERewriter(ResponseOptions(exclude=exclude, think=think))
     out = [rewriter.feed(event) for event in split_events(body)]
     return b"".join(out) + rewriter.finish()
 
 
 def rewrite_json(body: bytes, *, exclude: bool = False, think: ThinkTags | None = None) -> bytes:
-    rewriter = ResponseRewriter(ResponseOptions(exclude=exclude, think=think), "json")
+    rewriter = JSONRewriter(ResponseOptions(exclude=exclude, think=think))
     return rewriter.feed(body) + rewriter.finish()
 
 

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from numi_mw.core.providers import get_provider
+from numi_mw.core.providers import provider_rules
 from numi_mw.core.request import prepare_request
 from tests.conftest import load_case
 
 
 def upstream(case: dict[str, Any], provider: str, request: dict[str, Any] | None = None) -> dict[str, Any]:
     body = request if request is not None else case["input"]["request"]
-    prepared = prepare_request(json.dumps(body).encode(), get_provider(provider))
+    prepared = prepare_request(json.dumps(body).encode(), provider_rules(provider))
     result: dict[str, Any] = json.loads(prepared.body)
     return result
 
@@ -74,7 +74,7 @@ def test_pb15_variant_null_alias_leaves_object_effort(shared_dir: Path) -> None:
 def test_pb16_excluded_request_still_asks_for_the_effort(shared_dir: Path) -> None:
     case = load_case(shared_dir, "PB-16")
     request = case["input"]["request"]
-    prepared = prepare_request(json.dumps(request).encode(), get_provider("openrouter"))
+    prepared = prepare_request(json.dumps(request).encode(), provider_rules("openrouter"))
     assert json.loads(prepared.body)["reasoning"] == {"effort": "high", "exclude": True}
     assert prepared.controls.exclude is True
     assert prepared.controls.effort == "high"
@@ -83,7 +83,7 @@ def test_pb16_excluded_request_still_asks_for_the_effort(shared_dir: Path) -> No
 def test_pb16_variant_alias_wins_over_exclude_false(shared_dir: Path) -> None:
     case = load_case(shared_dir, "PB-16")
     request = {**case["input"]["request"], "reasoning": {"exclude": False}}
-    prepared = prepare_request(json.dumps(request).encode(), get_provider("openrouter"))
+    prepared = prepare_request(json.dumps(request).encode(), provider_rules("openrouter"))
     assert prepared.controls.exclude is True
 
 

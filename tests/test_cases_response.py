@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from numi_mw.core.details import rebuild_reasoning_details
-from numi_mw.core.providers import get_provider
-from numi_mw.core.reasoning_text import ThinkTags
+from numi_mw.core.providers import provider_rules
 from numi_mw.core.request import prepare_request
+from numi_mw.core.think import ThinkTags
 from tests.conftest import load_case
 from tests.response_support import client_view, rewrite, rewrite_json, sse_chunks
 
@@ -98,7 +98,7 @@ def test_pb12_think_tag_split_across_chunks(shared_dir: Path, cut: int) -> None:
 
 def test_pb12_through_the_local_provider_default(shared_dir: Path) -> None:
     case = load_case(shared_dir, "PB-12")
-    prepared = prepare_request(b'{"model": "m", "stream": true}', get_provider("local"))
+    prepared = prepare_request(b'{"model": "m", "stream": true}', provider_rules("local"))
     assert prepared.controls.exclude is False
     view = client_view(sse_chunks(rewrite(stream_of(case["input"]), think=ThinkTags())))
     assert (view.reasoning, view.content) == ("Check units.", "Done.")
@@ -107,7 +107,7 @@ def test_pb12_through_the_local_provider_default(shared_dir: Path) -> None:
 def test_pb16_include_reasoning_false_hides_reasoning(shared_dir: Path) -> None:
     case = load_case(shared_dir, "PB-16")
     request = case["input"]["request"]
-    prepared = prepare_request(json.dumps(request).encode(), get_provider("local"))
+    prepared = prepare_request(json.dumps(request).encode(), provider_rules("local"))
     assert json.loads(prepared.body)["reasoning_effort"] == "high"
     out = json.loads(
         rewrite_json(json.dumps(case["input"]["upstream_response"]).encode(), exclude=prepared.controls.exclude)

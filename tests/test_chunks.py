@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from numi_mw.core import chunks as chunks_module
 from numi_mw.core.chunks import ChunkNormalizer
 from numi_mw.core.details import rebuild_reasoning_details
-from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
+from numi_mw.core.think import ThinkStart, ThinkTags
 from tests.response_support import client_view, rewrite, sse_chunks
 
 ENVELOPE = '"id":"6f1c2b8e-3d4a-4f5b-9c7d-2e8a1b0c9d3f","object":"chat.completion.chunk","created":1790000000,"model":"openai/gpt-6-luna"'
@@ -379,8 +379,8 @@ def test_fast_path_gives_what_the_general_path_gives(choices: list[dict[str, Any
     for choice in choices:
         body = {"id": "x", "choices": [choice]}
         # compared as bytes, so that the key order (what the client receives) counts too
-        assert msgspec.json.encode(fast.chunk(copy.deepcopy(body))) == msgspec.json.encode(
-            general.chunk(copy.deepcopy(body))
+        assert msgspec.json.encode(fast.normalize(copy.deepcopy(body))) == msgspec.json.encode(
+            general.normalize(copy.deepcopy(body))
         )
 
 
@@ -431,22 +431,23 @@ def test_a_rewritten_event_keeps_its_comment_retry_and_id_lines() -> None:
 
 
 def test_a_broken_off_stream_ends_with_held_text_then_the_error_event() -> None:
-    from numi_mw.core.errors import ApiError
-    from numi_mw.core.response import ResponseOptions, ResponseRewriter
+    from numi_mw.core.errors import upstream_unavailable
+    from numi_mw.core.response import JSONRewriter, ResponseOptions, SSERewriter, choose_rewriter
 
-    rewriter = ResponseRewriter(ResponseOptions(think=ThinkTags()), "sse")
+    rewriter = SSERewriter(ResponseOptions(think=ThinkTags()))
     sent = rewriter.feed(
         b'data: {"choices":[{"index":0,"delta":{"content":"Hi <thi"},"finish_reason":null}]}\n\ndata: {"choi'
     )
     assert sent == b'data: {"choices":[{"index":0,"delta":{"content":"Hi "},"finish_reason":null}]}\n\n'
-    error = ApiError(502, "upstream_unavailable", "gone")
+    error = upstream_unavailable("gone")
     # the splitter's held "<thi" goes out as the content it turned out to be; the half event is dropped
     assert rewriter.fail(error) == (
         b'data: {"choices":[{"index":0,"delta":{"content":"<thi"},"finish_reason":null}]}\n\n'
         b'data: {"error":{"message":"gone","type":"api_error","code":"upstream_unavailable","param":null}}\n\n'
     )
-    assert ResponseRewriter(ResponseOptions(), "json").fail(error) == b""
-    assert ResponseRewriter(ResponseOptions(), "pass").fail(error) == b""
+    assert JSONRewriter(ResponseOptions()).fail(error) == b""
+    # a response that passes through has no rewriter, so nothing is ever added to it
+    assert choose_rewriter(ResponseOptions(), 200, "text/plain") is None
 
 
 _EVENT = b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"Hm."},"finish_reason":null}]}'
@@ -491,18 +492,18 @@ def test_text_a_think_splitter_held_never_joins_an_unfinished_last_event() -> No
 
 
 def test_a_break_keeps_complete_events_and_adds_nothing_after_done() -> None:
-    from numi_mw.core.errors import ApiError
-    from numi_mw.core.response import ResponseOptions, ResponseRewriter
+    from numi_mw.core.errors import upstream_unavailable
+    from numi_mw.core.response import ResponseOptions, SSERewriter
 
-    error = ApiError(502, "upstream_unavailable", "gone")
+    error = upstream_unavailable("gone")
     gone = b'data: {"error":{"message":"gone","type":"api_error","code":"upstream_unavailable","param":null}}\n\n'
-    rewriter = ResponseRewriter(ResponseOptions(), "sse")
+    rewriter = SSERewriter(ResponseOptions())
     assert rewriter.feed(_EVENT + b"\r\r") == b""  # a last \r waits: a \n may follow
     assert rewriter.fail(error) == _NORMALIZED + gone  # the held event was complete
-    rewriter = ResponseRewriter(ResponseOptions(), "sse")
+    rewriter = SSERewriter(ResponseOptions())
     assert rewriter.feed(_EVENT + b"\n\ndata: [DONE]\n\n") == _NORMALIZED + b"data: [DONE]\n\n"
     assert rewriter.fail(error) == b""
-    rewriter = ResponseRewriter(ResponseOptions(), "sse")
+    rewriter = SSERewriter(ResponseOptions())
     assert rewriter.feed(_EVENT + b"\n\ndata: [DONE]\n") == _NORMALIZED
     assert rewriter.fail(error) == b"data: [DONE]\n\n"  # only its blank line was missing: no error
 

@@ -9,14 +9,14 @@ import pytest
 
 from numi_mw.core.controls import NO_CONTROLS, ReasoningControls
 from numi_mw.core.errors import ApiError
-from numi_mw.core.providers import get_provider
+from numi_mw.core.providers import provider_rules
 from numi_mw.core.request import prepare_request
 
 MSGS = [{"role": "user", "content": 'How many times does the letter r appear in "strawberry"?'}]
 
 
 def send(body: dict[str, Any], provider: str = "openrouter") -> tuple[dict[str, Any], ReasoningControls]:
-    prepared = prepare_request(json.dumps(body).encode(), get_provider(provider))
+    prepared = prepare_request(json.dumps(body).encode(), provider_rules(provider))
     return json.loads(prepared.body), prepared.controls
 
 
@@ -24,7 +24,7 @@ def test_spec_example_object_is_forwarded_as_original_bytes() -> None:
     raw = json.dumps(
         {"model": "openai/gpt-6-luna", "messages": MSGS, "reasoning": {"effort": "high"}, "max_tokens": 4096}
     ).encode()
-    prepared = prepare_request(raw, get_provider("openrouter"))
+    prepared = prepare_request(raw, provider_rules("openrouter"))
     assert prepared.body is raw
     assert prepared.changed is False
     assert prepared.controls == ReasoningControls(present=True, effort="high")
@@ -99,7 +99,7 @@ def test_reasoning_null_counts_as_omitted() -> None:
 
 def test_empty_reasoning_object_is_a_control() -> None:
     raw = b'{"model":"m","reasoning":{}}'
-    prepared = prepare_request(raw, get_provider("openrouter"))
+    prepared = prepare_request(raw, provider_rules("openrouter"))
     assert prepared.body is raw
     assert prepared.controls == ReasoningControls(present=True)
 

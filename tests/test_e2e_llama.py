@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from numi_mw.core.details import rebuild_reasoning_details
-from numi_mw.core.providers import get_provider
+from numi_mw.core.providers import provider_rules
 from numi_mw.core.request import prepare_request
 from tests.e2e_support import sidecar
 from tests.llama_model import CONTENT, REASONING, SERVER_REASONING, llama_server_binary, run_llama_server, write_model
@@ -147,7 +147,7 @@ def test_history_reasoning_replays_to_llama_cpp(servers: tuple[openai.OpenAI, st
         {"role": "assistant", "content": CONTENT, "reasoning": REASONING},
         {"role": "user", "content": "And in raspberry?"},
     ]
-    prepared = prepare_request(json.dumps({"model": "scripted", "messages": history}).encode(), get_provider("local"))
+    prepared = prepare_request(json.dumps({"model": "scripted", "messages": history}).encode(), provider_rules("local"))
     assert json.loads(prepared.body)["messages"][1] == {
         "role": "assistant",
         "content": CONTENT,

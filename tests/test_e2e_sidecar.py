@@ -516,3 +516,95 @@ def test_headers_named_by_connection_are_hop_by_hop_and_no_duplicate_date(
     assert "x-secret" not in upstream.received[-1].headers
     assert len(response.headers.get_list("date")) == 1
     assert len(response.headers.get_list("server")) == 1
+
+
+@pytest.fixture(scope="module")
+def deepseek_sidecar(upstream: ReplayUpstream) -> Iterator[str]:
+    with sidecar(upstream.base_url, "--provider", "deepseek", "--timeout", "2") as base_url:
+        yield base_url
+
+
+def metadata_history() -> list[dict[str, Any]]:
+    """A stored chat as an app keeps it: internal metadata (keys starting with ``_``) beside each message, and a
+    tool turn with reasoning text and a signed detail."""
+    return [
+        {"role": "user", "content": "Weather?", "_client_id": "c-7", "_stored_at": "2026-11-30T10:00:00Z"},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "Call the tool.",
+            "reasoning_details": [{"type": "reasoning.text", "text": "Call the tool.", "signature": "SIG"}],
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}],
+            "_stored_at": "2026-11-30T10:00:01Z",
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "21C", "_stored_at": "2026-11-30T10:00:02Z"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("provider", "assistant"),
+    [
+        # spec 000's filter with preservation on: OpenRouter keeps text and details ...
+        (
+            "openrouter",
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning": "Call the tool.",
+                "reasoning_details": [{"type": "reasoning.text", "text": "Call the tool.", "signature": "SIG"}],
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+                ],
+            },
+        ),
+        # ... DeepSeek keeps the text (as reasoning_content, which it reads) and loses the details it does not read
+        (
+            "deepseek",
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning_content": "Call the tool.",
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+                ],
+            },
+        ),
+    ],
+)
+def test_a_single_upstream_gets_the_history_filtered_without_internal_metadata(
+    upstream: ReplayUpstream, openrouter_sidecar: str, deepseek_sidecar: str, provider: str, assistant: dict[str, Any]
+) -> None:
+    base_url = openrouter_sidecar if provider == "openrouter" else deepseek_sidecar
+    messages = metadata_history()
+    sent = json.dumps({"model": "m", "messages": messages}).encode()
+    with openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0, timeout=10) as sdk:
+        sdk.chat.completions.create(
+            model="m",
+            messages=messages,  # type: ignore[arg-type]
+            extra_headers={"x-replay-fixture": BUFFERED[0]},
+        )
+    assert messages == metadata_history()  # the caller's messages are not changed
+    assert json.dumps({"model": "m", "messages": messages}).encode() == sent
+    assert last_body(upstream)["messages"] == [
+        {"role": "user", "content": "Weather?"},
+        assistant,
+        {"role": "tool", "tool_call_id": "call_1", "content": "21C"},
+    ]
+
+
+def test_no_preserve_reasoning_filters_as_spec_000_says_for_preservation_off(upstream: ReplayUpstream) -> None:
+    with (
+        sidecar(upstream.base_url, "--provider", "deepseek", "--no-preserve-reasoning", "--timeout", "2") as base,
+        openai.OpenAI(base_url=base, api_key="sk-test", max_retries=0, timeout=10) as sdk,
+    ):
+        sdk.chat.completions.create(
+            model="m",
+            messages=metadata_history(),  # type: ignore[arg-type]
+            extra_headers={"x-replay-fixture": BUFFERED[0]},
+        )
+    # "Other reasoning-capable routes: kept only when preservation is enabled / removed"
+    assert last_body(upstream)["messages"][1] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}],
+    }

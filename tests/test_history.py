@@ -9,11 +9,15 @@ from typing import Any
 import pytest
 
 from numi_mw.core.errors import ApiError
-from numi_mw.core.providers import PROVIDERS, get_provider
+from numi_mw.core.providers import PROVIDERS, provider_rules
 from numi_mw.core.request import prepare_request
 
 REASONING_PROVIDERS = ["openrouter", "ppq"]
-CONTENT_PROVIDERS = sorted(set(PROVIDERS) - set(REASONING_PROVIDERS))
+DIRECT_PROVIDERS = sorted(name for name, rules in PROVIDERS.items() if rules.replay == "none")
+"""Direct openai and inception: spec 000's filter removes reasoning from their history, so the table below
+never sees it (``test_direct_providers_receive_no_reasoning_in_history``)."""
+CONTENT_PROVIDERS = sorted(set(PROVIDERS) - set(REASONING_PROVIDERS) - set(DIRECT_PROVIDERS))
+REPLAYING_PROVIDERS = sorted(set(PROVIDERS) - set(DIRECT_PROVIDERS))
 
 
 def upstream_assistant(provider: str, **fields: Any) -> dict[str, Any]:
@@ -22,7 +26,7 @@ def upstream_assistant(provider: str, **fields: Any) -> dict[str, Any]:
         "model": "m",
         "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello.", **fields}],
     }
-    out = json.loads(prepare_request(json.dumps(body).encode(), get_provider(provider)).body)
+    out = json.loads(prepare_request(json.dumps(body).encode(), provider_rules(provider)).body)
     assert out["messages"][0] == {"role": "user", "content": "Hi"}
     message: dict[str, Any] = out["messages"][1]
     return message
@@ -76,28 +80,28 @@ def test_reasoning_with_a_null_reasoning_content_replays_as_reasoning_content(pr
 
 
 # Rows 2 and 3 together: both empty strings are one representation, the explicit empty reasoning_content.
-@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+@pytest.mark.parametrize("provider", REPLAYING_PROVIDERS)
 def test_both_empty_become_the_explicit_empty_reasoning_content(provider: str) -> None:
     message = upstream_assistant(provider, reasoning="", reasoning_content="")
     assert message == {"role": "assistant", "content": "Hello.", "reasoning_content": ""}
 
 
 # Row 3: reasoning_content "" is retained.
-@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+@pytest.mark.parametrize("provider", REPLAYING_PROVIDERS)
 def test_row3_explicit_empty_reasoning_content_is_retained(provider: str) -> None:
     message = upstream_assistant(provider, reasoning_content="")
     assert message == {"role": "assistant", "content": "Hello.", "reasoning_content": ""}
 
 
 # Row 4: reasoning "" with no reasoning_content is omitted.
-@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+@pytest.mark.parametrize("provider", REPLAYING_PROVIDERS)
 def test_row4_empty_reasoning_alone_is_omitted(provider: str) -> None:
     message = upstream_assistant(provider, reasoning="")
     assert message == {"role": "assistant", "content": "Hello."}
 
 
 # Row 5: other distinct values both stay.
-@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+@pytest.mark.parametrize("provider", REPLAYING_PROVIDERS)
 @pytest.mark.parametrize(("r", "rc"), [("Visible.", "Raw."), ("Visible.", "")])
 def test_row5_distinct_values_stay_independent(provider: str, r: str, rc: str) -> None:
     message = upstream_assistant(provider, reasoning=r, reasoning_content=rc)
@@ -116,7 +120,7 @@ def test_reasoning_alone_stays_for_openrouter(provider: str) -> None:
     raw = json.dumps(
         {"model": "m", "messages": [{"role": "assistant", "content": "Hello.", "reasoning": "Kept."}]}
     ).encode()
-    assert prepare_request(raw, get_provider(provider)).body is raw
+    assert prepare_request(raw, provider_rules(provider)).body is raw
 
 
 def test_key_position_is_kept_when_renaming() -> None:
@@ -133,7 +137,7 @@ def test_non_string_values_pass_unchanged(provider: str) -> None:
 def test_only_assistant_messages_are_touched() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "Hi", "reasoning_content": "user text"}]}
     raw = json.dumps(body).encode()
-    assert prepare_request(raw, get_provider("openrouter")).body is raw
+    assert prepare_request(raw, provider_rules("openrouter")).body is raw
 
 
 DETAILS = [
@@ -146,7 +150,39 @@ DETAILS = [
 ]
 
 
-@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_direct_providers_are_openai_and_inception() -> None:
+    assert DIRECT_PROVIDERS == ["inception", "openai"]
+
+
+@pytest.mark.parametrize("provider", DIRECT_PROVIDERS)
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"reasoning_content": "Spell it out."},
+        {"reasoning": "Spell it out."},
+        {"reasoning": "Same.", "reasoning_content": "Same.", "reasoning_details": DETAILS},
+    ],
+)
+def test_direct_providers_receive_no_reasoning_in_history(provider: str, fields: dict[str, Any]) -> None:
+    # spec 000 "The Message Preparation Filter": "Direct openai or inception provider: Removed, Removed"
+    assert upstream_assistant(provider, **copy.deepcopy(fields)) == {"role": "assistant", "content": "Hello."}
+
+
+KEEPS_DETAILS = sorted(name for name, rules in PROVIDERS.items() if rules.replay == "details")
+
+
+def test_the_providers_that_keep_details_are_openrouter_ppq_and_generic() -> None:
+    assert KEEPS_DETAILS == ["generic", "openrouter", "ppq"]
+
+
+@pytest.mark.parametrize("provider", sorted(set(PROVIDERS) - set(KEEPS_DETAILS)))
+def test_reasoning_details_go_where_the_provider_does_not_read_them(provider: str) -> None:
+    # spec 000's filter: only OpenRouter's row keeps reasoning_details (generic takes that row)
+    message = upstream_assistant(provider, reasoning_content="Plan.", reasoning_details=copy.deepcopy(DETAILS))
+    assert "reasoning_details" not in message
+
+
+@pytest.mark.parametrize("provider", KEEPS_DETAILS)
 def test_reasoning_details_forwarded_unchanged(provider: str) -> None:
     details = copy.deepcopy(DETAILS)
     message = upstream_assistant(provider, reasoning_content="Plan.", reasoning_details=details)
@@ -161,7 +197,7 @@ def test_reasoning_details_forwarded_unchanged(provider: str) -> None:
 def test_messages_of_the_wrong_shape_get_400(messages: object, param: str) -> None:
     raw = json.dumps({"model": "m", "reasoning_effort": "high", "messages": messages}).encode()
     with pytest.raises(ApiError) as info:
-        prepare_request(raw, get_provider("generic"))
+        prepare_request(raw, provider_rules("generic"))
     assert info.value.body() == {
         "error": {
             "message": info.value.message,

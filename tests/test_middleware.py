@@ -250,7 +250,7 @@ async def _unused(scope: Scope, receive: Receive, send: Send) -> None:  # keeps 
 
 
 def test_own_tag_families_through_the_middleware() -> None:
-    from numi_mw.core.reasoning_text import ThinkTags
+    from numi_mw.core.think import ThinkTags
 
     async def tagged(request: Request) -> Response:
         await request.body()
@@ -364,3 +364,48 @@ async def test_a_response_the_app_compressed_itself_passes_untouched() -> None:
     raw = b'{"model":"m","messages":[],"reasoning":{"exclude":true}}'
     sent = await drive(ReasoningMiddleware(replying(start, body)), [(b"content-type", b"application/json")], [raw])
     assert sent == [start, body]
+
+
+def test_the_app_sees_history_without_internal_metadata_and_filtered_for_its_provider() -> None:
+    # spec 000's filter on the middleware's one route: metadata removed, details DeepSeek does not read removed
+    SEEN.clear()
+    history = [
+        {"role": "user", "content": "Q", "_client_id": "c-7"},
+        {
+            "role": "assistant",
+            "content": "A",
+            "reasoning": "Plan.",
+            "reasoning_details": [{"type": "reasoning.text", "text": "Plan.", "signature": "SIG"}],
+            "_stored_at": "2026-11-30",
+        },
+    ]
+    with starlette_app("deepseek") as client:
+        client.post("/v1/chat/completions", content=json.dumps({"model": "m", "messages": history}))
+    assert json.loads(SEEN[0]["body"])["messages"] == [
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": "A", "reasoning_content": "Plan."},
+    ]
+
+
+def test_preserve_reasoning_false_filters_as_spec_000_says_for_preservation_off() -> None:
+    SEEN.clear()
+    app = Starlette(routes=[Route("/v1/chat/completions", echo, methods=["POST"])])
+    app.add_middleware(ReasoningMiddleware, provider="deepseek", preserve_reasoning=False)
+    body = {"model": "m", "messages": [{"role": "assistant", "content": "A", "reasoning_content": "Plan."}]}
+    with TestClient(app) as client:
+        client.post("/v1/chat/completions", content=json.dumps(body))
+    assert json.loads(SEEN[0]["body"])["messages"] == [{"role": "assistant", "content": "A"}]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"provider": "nope"}, "unknown provider 'nope'"),
+        ({"max_body_bytes": -5}, "max_body_bytes must be a positive whole number of bytes, not -5"),
+        ({"max_body_bytes": True}, "max_body_bytes must be a positive whole number of bytes, not True"),
+        ({"think_start": "sometimes"}, "think_start must be one of content, reasoning, auto, not 'sometimes'"),
+    ],
+)
+def test_options_are_checked_when_given(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ReasoningMiddleware(Starlette(), **options)

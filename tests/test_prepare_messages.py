@@ -7,8 +7,25 @@ from typing import Any
 
 import pytest
 
+from numi_mw.core.catalog import Provider
 from numi_mw.core.errors import ApiError
-from numi_mw.core.history import Route, prepare_messages
+from numi_mw.core.history import prepare_messages
+from numi_mw.core.providers import provider_rules
+from numi_mw.core.routing import Route
+
+
+def route(provider: str, *, reasoning: bool = True, preserve: bool = False) -> Route:
+    """A route to ``provider``; ``anthropic_compat`` (spec 000's name) is a provider whose wire API is
+    Anthropic Messages but whose rules are not ``anthropic``."""
+    if provider == "anthropic_compat":
+        upstream = Provider(name="compat", base_url="http://127.0.0.1:1", wire_api="anthropic-messages")
+        return Route(provider_rules("generic"), "anthropic-messages", upstream, reasoning, preserve)
+    return Route(provider_rules(provider), reasoning=reasoning, preserve=preserve)
+
+
+def filtered(messages: object, r: Route) -> list[Any]:
+    return prepare_messages(messages, r.replay, reasoning=r.reasoning, preserve=r.preserve)
+
 
 DETAILS = [{"type": "reasoning.text", "text": "Plan.", "signature": "SIG", "format": "anthropic-claude-v1"}]
 TOOL_CALLS = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
@@ -23,10 +40,10 @@ TOOL = {
 USER = {"role": "user", "content": "Q", "_numi_id": 7}
 
 
-def run(route: Route) -> list[dict[str, Any]]:
+def run(r: Route) -> list[dict[str, Any]]:
     messages = [copy.deepcopy(USER), copy.deepcopy(PLAIN), copy.deepcopy(TOOL)]
     before = copy.deepcopy(messages)
-    prepared = prepare_messages(messages, route)
+    prepared = filtered(messages, r)
     assert messages == before  # the caller's data is never mutated
     assert prepared[0] == {"role": "user", "content": "Q"}  # internal metadata removed
     return prepared[1:]
@@ -38,7 +55,7 @@ def strip(message: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("provider", ["openrouter", "openai", "anthropic", "deepseek"])
 def test_model_without_reasoning_support_removes_both(provider: str) -> None:
-    plain, tool = run(Route(provider, reasoning=False, preserve=True))
+    plain, tool = run(route(provider, reasoning=False, preserve=True))
     assert plain == strip(PLAIN, "reasoning_content", "reasoning_details")
     assert tool == strip(TOOL, "reasoning_content", "reasoning_details")
 
@@ -46,7 +63,7 @@ def test_model_without_reasoning_support_removes_both(provider: str) -> None:
 @pytest.mark.parametrize("provider", ["openai", "inception"])
 @pytest.mark.parametrize("preserve", [True, False])
 def test_direct_openai_or_inception_removes_both(provider: str, preserve: bool) -> None:
-    plain, tool = run(Route(provider, preserve=preserve))
+    plain, tool = run(route(provider, preserve=preserve))
     assert plain == strip(PLAIN, "reasoning_content", "reasoning_details")
     assert tool == strip(TOOL, "reasoning_content", "reasoning_details")
 
@@ -54,42 +71,46 @@ def test_direct_openai_or_inception_removes_both(provider: str, preserve: bool) 
 @pytest.mark.parametrize("provider", ["anthropic", "anthropic_compat"])
 @pytest.mark.parametrize("preserve", [True, False])
 def test_anthropic_keeps_text_for_conversion_and_removes_details(provider: str, preserve: bool) -> None:
-    plain, tool = run(Route(provider, preserve=preserve))
+    plain, tool = run(route(provider, preserve=preserve))
     assert plain == strip(PLAIN, "reasoning_details")
     assert tool == strip(TOOL, "reasoning_details")
 
 
-def test_openrouter_preserving_keeps_both() -> None:
-    plain, tool = run(Route("openrouter", preserve=True))
+# generic: an upstream numi_mw knows nothing about is taken for an API of spec 004's kind, which asks for
+# "all reasoning details unchanged": it takes OpenRouter's row (ppq too).
+@pytest.mark.parametrize("provider", ["openrouter", "ppq", "generic"])
+def test_openrouter_preserving_keeps_both(provider: str) -> None:
+    plain, tool = run(route(provider, preserve=True))
     assert (plain, tool) == (PLAIN, TOOL)
 
 
-def test_openrouter_not_preserving_keeps_details_on_tool_call_messages_only() -> None:
-    plain, tool = run(Route("openrouter", preserve=False))
+@pytest.mark.parametrize("provider", ["openrouter", "ppq", "generic"])
+def test_openrouter_not_preserving_keeps_details_on_tool_call_messages_only(provider: str) -> None:
+    plain, tool = run(route(provider, preserve=False))
     assert plain == strip(PLAIN, "reasoning_content", "reasoning_details")
     assert tool == strip(TOOL, "reasoning_content")
 
 
-@pytest.mark.parametrize("provider", ["deepseek", "zai", "local", "generic"])
+@pytest.mark.parametrize("provider", ["deepseek", "zai", "local"])
 def test_other_routes_keep_text_only_when_preserving_and_remove_details(provider: str) -> None:
-    plain, tool = run(Route(provider, preserve=True))
+    plain, tool = run(route(provider, preserve=True))
     assert (plain, tool) == (strip(PLAIN, "reasoning_details"), strip(TOOL, "reasoning_details"))
-    plain, tool = run(Route(provider, preserve=False))
+    plain, tool = run(route(provider, preserve=False))
     assert plain == strip(PLAIN, "reasoning_content", "reasoning_details")
     assert tool == strip(TOOL, "reasoning_content", "reasoning_details")
 
 
 def test_plain_text_in_either_spelling_is_filtered() -> None:
     message = {"role": "assistant", "content": "A.", "reasoning": "Plan."}
-    assert prepare_messages([message], Route("openai")) == [{"role": "assistant", "content": "A."}]
+    assert filtered([message], route("openai")) == [{"role": "assistant", "content": "A."}]
 
 
 def test_unchanged_messages_are_the_same_objects() -> None:
     message = {"role": "assistant", "content": "A."}
-    assert prepare_messages([message], Route("openai"))[0] is message
+    assert filtered([message], route("openai"))[0] is message
 
 
 def test_wrong_shape_is_a_400() -> None:
     with pytest.raises(ApiError) as info:
-        prepare_messages([{"role": "user"}, 3], Route("openai"))
+        filtered([{"role": "user"}, 3], route("openai"))
     assert info.value.param == "messages[1]"

@@ -9,11 +9,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from numi_mw.core.controls import ReasoningControls, fold_controls
 from numi_mw.core.errors import ApiError
-from numi_mw.core.providers import get_provider, infer_provider
-from numi_mw.core.request import PROBE_MAX_BYTES, is_chat_completions, normalize_body, prepare_request, probe_plain
+from numi_mw.core.providers import ProviderRules, infer_provider, provider_rules
+from numi_mw.core.request import PROBE_MAX_BYTES, Probe, is_chat_completions, prepare_for_route, prepare_request, probe
+from numi_mw.core.routing import fixed_route
 
-OPENROUTER = get_provider("openrouter")
+OPENROUTER = provider_rules("openrouter")
+_ANSWERS = {Probe.REWRITE: None, Probe.PLAIN: False, Probe.PLAIN_STREAM: True}
+
+
+def probe_plain(raw: bytes, rules: ProviderRules = OPENROUTER) -> bool | None:
+    """The probe's answer on an OpenRouter route (preserving): ``None`` to rewrite, else whether it streams."""
+    return _ANSWERS[probe(raw, fixed_route(rules))]
+
+
+def normalize_body(data: dict[str, Any], rules: ProviderRules, size: int) -> tuple[ReasoningControls, bool]:
+    """The full path on a decoded body for a single upstream with ``rules``: fold, then the route's pipeline."""
+    controls, changed = fold_controls(data)
+    return controls, prepare_for_route(data, controls, fixed_route(rules), size) or changed
 
 
 def test_body_without_reasoning_is_the_original_bytes_object() -> None:
@@ -161,7 +175,7 @@ def test_provider_inferred_from_host(url: str, provider: str) -> None:
 
 def test_unknown_provider_name_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown provider 'nope'; use one of: openrouter, ppq"):
-        get_provider("nope")
+        provider_rules("nope")
 
 
 @pytest.mark.parametrize(
@@ -222,16 +236,16 @@ _BODY = st.fixed_dictionaries(
 @given(body=_BODY)
 def test_probe_never_passes_a_body_the_rules_would_change(body: dict[str, Any]) -> None:
     raw = json.dumps(body).encode()
-    plain = probe_plain(raw)
-    if plain is None:
-        return
-    data = json.loads(raw)
-    controls, changed = normalize_body(data, OPENROUTER, len(raw))  # raises if the full path would refuse it
-    assert (changed, controls.present, plain) == (False, False, body.get("stream") is True)
-    for name in ("deepseek", "anthropic"):
-        assert normalize_body(json.loads(raw), get_provider(name), len(raw))[1] is False
-    # zai always gets its thinking object (spec 000), so prepare_request never probes for it
-    assert normalize_body(json.loads(raw), get_provider("zai"), len(raw))[1] is True
+    for name in ("openrouter", "deepseek", "anthropic", "openai", "generic"):
+        rules = provider_rules(name)
+        plain = probe_plain(raw, rules)
+        if plain is None:
+            continue
+        data = json.loads(raw)
+        controls, changed = normalize_body(data, rules, len(raw))  # raises if the full path would refuse it
+        assert (changed, controls.present, plain) == (False, False, body.get("stream") is True), name
+        # zai always gets its thinking object (spec 000), so prepare_request never probes for it
+        assert normalize_body(json.loads(raw), provider_rules("zai"), len(raw))[1] is True
 
 
 @pytest.mark.parametrize(
@@ -264,7 +278,7 @@ def test_invalid_utf8_message_names_the_byte() -> None:
 )
 def test_a_lone_surrogate_or_nan_in_a_request_gets_a_400_that_says_so(raw: bytes) -> None:
     with pytest.raises(ApiError) as info:
-        prepare_request(raw, get_provider("deepseek"))
+        prepare_request(raw, provider_rules("deepseek"))
     assert (info.value.status, info.value.code, info.value.message) == (
         400,
         "invalid_json",

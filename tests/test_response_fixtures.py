@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from numi_mw.core.details import rebuild_reasoning_details
-from numi_mw.core.reasoning_text import ThinkTags, visible_text
+from numi_mw.core.details import rebuild_reasoning_details, visible_text
+from numi_mw.core.think import ThinkTags
 from tests.conftest import SHARED
 from tests.e2e_support import numi_mw_command
 from tests.response_support import client_view, frame_jsonl, rewrite, rewrite_by_event, rewrite_json, sse_chunks

@@ -1,4 +1,4 @@
-"""``prepare_routed_request``: the catalog decides the route, then the request is prepared for it."""
+"""``prepare_request`` through a catalog: the catalog decides the route, then the request is prepared for it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from numi_mw.core.catalog import load_catalog
 from numi_mw.core.errors import ApiError
-from numi_mw.core.request import prepare_routed_request
+from numi_mw.core.request import prepare_request
 from numi_mw.core.routing import choose_endpoint
 from tests.conftest import load_case
 
@@ -106,13 +106,13 @@ TOOL_TURN = [
 
 def route(body: dict[str, Any], session: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     headers = {"x-session-id": session} if session else {}
-    prepared, decision = prepare_routed_request(json.dumps(body).encode(), CATALOG, headers=headers)
-    return json.loads(prepared.body), decision.describe()
+    prepared = prepare_request(json.dumps(body).encode(), CATALOG, headers=headers)
+    return json.loads(prepared.body), prepared.route.describe()
 
 
 def refused(body: dict[str, Any]) -> ApiError:
     with pytest.raises(ApiError) as info:
-        prepare_routed_request(json.dumps(body).encode(), CATALOG)
+        prepare_request(json.dumps(body).encode(), CATALOG)
     return info.value
 
 
@@ -282,7 +282,7 @@ reasoning = {{ supported_efforts = {json.dumps(endpoint["reasoning"]["supported_
 """
     catalog = load_catalog(toml, "pb20.toml")
     with pytest.raises(ApiError) as info:
-        prepare_routed_request(json.dumps(case["input"]["request"]).encode(), catalog)
+        prepare_request(json.dumps(case["input"]["request"]).encode(), catalog)
     expected = case["expected"]["proxy_response"]
     assert (info.value.status, info.value.code, info.value.param) == (
         expected["status"],
@@ -293,7 +293,8 @@ reasoning = {{ supported_efforts = {json.dumps(endpoint["reasoning"]["supported_
         toml.replace(f"supported_efforts = {json.dumps(endpoint['reasoning']['supported_efforts'])}, ", ""),
         "pb20-variant.toml",
     )
-    prepared, decision = prepare_routed_request(json.dumps(case["input"]["request"]).encode(), variant)
+    prepared = prepare_request(json.dumps(case["input"]["request"]).encode(), variant)
+    decision = prepared.route
     assert json.loads(prepared.body)["reasoning"] == {"effort": "xhigh"}
     assert decision.endpoint == endpoint["tag"]
 
@@ -318,7 +319,7 @@ provider = "openrouter"
 """,
         "pb09.toml",
     )
-    prepared, _ = prepare_routed_request(json.dumps(request).encode(), catalog)
+    prepared = prepare_request(json.dumps(request).encode(), catalog)
     out = json.loads(prepared.body)
     assert out["messages"][1] == case["expected"]["upstream_request.messages[1]"]
 
@@ -339,11 +340,9 @@ preserve_reasoning = {preserve}
 tag = "moonshot"
 provider = "moonshot"
 """
-    kept, _ = prepare_routed_request(json.dumps(request).encode(), load_catalog(toml.format(preserve="true"), "c.toml"))
+    kept = prepare_request(json.dumps(request).encode(), load_catalog(toml.format(preserve="true"), "c.toml"))
     assert json.loads(kept.body)["messages"][1] == case["expected"]["upstream_request.messages[1]"]
-    dropped, _ = prepare_routed_request(
-        json.dumps(request).encode(), load_catalog(toml.format(preserve="false"), "c.toml")
-    )
+    dropped = prepare_request(json.dumps(request).encode(), load_catalog(toml.format(preserve="false"), "c.toml"))
     assert "reasoning_content" not in json.loads(dropped.body)["messages"][1]
 
 
@@ -382,21 +381,22 @@ def test_a_zai_route_gets_thinking_unless_the_model_does_not_reason() -> None:
         {"role": "assistant", "content": None, "reasoning_content": "Call the tool.", "tool_calls": []},
     ]
     raw = json.dumps({"model": "z-ai/glm-4.7", "messages": history}).encode()
-    prepared, _ = prepare_routed_request(raw, ZAI_CATALOG)
+    prepared = prepare_request(raw, ZAI_CATALOG)
     assert json.loads(prepared.body) == {
         "model": "glm-4.7",
         "messages": history,
         "thinking": {"type": "enabled", "clear_thinking": False},
     }
     raw = json.dumps({"model": "z-ai/glm-4-flash", "messages": [{"role": "user", "content": "Hi"}]}).encode()
-    prepared, _ = prepare_routed_request(raw, ZAI_CATALOG)
+    prepared = prepare_request(raw, ZAI_CATALOG)
     assert json.loads(prepared.body) == {"model": "glm-4-flash", "messages": [{"role": "user", "content": "Hi"}]}
 
 
 def test_an_effort_beside_enabled_false_is_not_routed_on() -> None:
     # enabled: false turns reasoning off whatever effort came with it, so no endpoint is refused for the effort
     raw = json.dumps({"model": "vendor/listed", "reasoning": {"enabled": False, "effort": "xhigh"}}).encode()
-    prepared, decision = prepare_routed_request(raw, CATALOG)
+    prepared = prepare_request(raw, CATALOG)
+    decision = prepared.route
     assert decision.endpoint == "openrouter/listed"
     # (the model's effort mode then moves the effort to its nearest listed level, spec 000 "Reasoning Modes")
     assert json.loads(prepared.body) == {"model": "vendor/listed", "reasoning": {"enabled": False, "effort": "high"}}

@@ -336,7 +336,7 @@ def test_single_data_exact_values() -> None:
 
 
 def decode_with_fast_path(*chunks: bytes) -> list[tuple[bytes, bytes | None]]:
-    """``(raw, data)`` of every event, taking ``single_data`` whenever it applies (as ``ResponseRewriter`` does)."""
+    """``(raw, data)`` of every event, taking ``single_data`` whenever it applies (as ``SSERewriter`` does)."""
     decoder = SSEDecoder()
     out: list[tuple[bytes, bytes | None]] = []
     for chunk in chunks:

@@ -8,7 +8,7 @@ frozen Structs, then checks what a schema cannot (unique names, known providers,
     catalog.toml: models[1] (id "openai/gpt-6-luna"): endpoints[0].reasoning.mandatory: Expected `bool | null`,
     got `str`
 
-The file uses the spec's own names (issue 4 holds the contract); every capability field is optional, and keys
+The file uses the spec's own names (``docs/catalog.md``); every capability field is optional, and keys
 the Structs do not declare are ignored so that the format can grow::
 
     [[providers]]
@@ -236,7 +236,7 @@ def _parse_toml(text: str | bytes, source: str) -> dict[str, Any]:
 
 
 def load_catalog(text: str | bytes, source: str) -> Catalog:
-    """Decode and check a catalog (spec 004 "Model capabilities"; the file format of issue 4).
+    """Decode and check a catalog (spec 004 "Model capabilities"; the file format is ``docs/catalog.md``).
 
     Args:
         text: the TOML document (``str``, or ``bytes`` in UTF-8) the caller has read.

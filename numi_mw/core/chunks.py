@@ -25,19 +25,24 @@ A chunk that needs no change is reported as unchanged, so the shell can send its
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
-from numi_mw.core.details import FILLED_KEYS, DetailsRebuilder
-from numi_mw.core.reasoning_text import REASONING_KEYS, ThinkTags, visible_text
-from numi_mw.core.think import Piece, ThinkSplitter
+from numi_mw.core.details import FILLED_KEYS, DetailsRebuilder, visible_text
+from numi_mw.core.fields import REASONING_FIELDS, plain_reasoning, splice
+from numi_mw.core.think import Piece, ThinkSplitter, ThinkTags
 
-UNCHANGED = None
-"""What ``ChunkNormalizer.chunk`` returns for a chunk that leaves as it came."""
+UNCHANGED: Final = None
+"""What ``ChunkNormalizer.normalize`` returns for a chunk that leaves as it came."""
 
-_SLOW: list[dict[str, Any]] = []
-"""What ``ChunkNormalizer._fast`` returns for a chunk it leaves to the general path (compared by identity; a
-list, so that the fast path's result needs no cast)."""
+
+class _Slow(enum.Enum):
+    SLOW = "SLOW"
+
+
+_SLOW: Final = _Slow.SLOW
+"""What ``ChunkNormalizer._fast`` returns for a chunk it leaves to the general path."""
 
 
 _NO_TEXT = False
@@ -67,21 +72,16 @@ def _note_echo(state: _Choice, delta: dict[str, Any], pieces: list[Piece], split
     gave reasoning pieces, or holds back text that may turn out to be reasoning (auto start, a partial tag).
     The texts are not compared: a held-back partial tag shifts tagged text into a later chunk.
     """
-    if state.echoing or _own_reasoning(delta) is None:
+    if state.echoing or (plain_reasoning(delta) is None and not _details_text(delta)):
         return
     if splitter.holds_reasoning or any(kind == "reasoning" for kind, _ in pieces):
         state.echoing = True
 
 
-def _own_reasoning(delta: dict[str, Any]) -> str | None:
-    """The reasoning text a delta carries in its own fields, or ``None``."""
-    for key in ("reasoning", "reasoning_content"):
-        value = delta.get(key)
-        if isinstance(value, str) and value:
-            return value
+def _details_text(delta: dict[str, Any]) -> str:
+    """The visible text of a delta's ``reasoning_details`` (``""`` when it has none)."""
     details = delta.get("reasoning_details")
-    shown = visible_text(details) if isinstance(details, list) else ""
-    return shown or None
+    return visible_text(details) if isinstance(details, list) else ""
 
 
 class _ChoiceStates(dict[Any, _Choice]):
@@ -117,7 +117,7 @@ class ChunkNormalizer:
         self._choices = _ChoiceStates(think)
         self._envelope: dict[str, Any] | None = None
 
-    def chunk(self, data: Any) -> list[dict[str, Any]] | None:
+    def normalize(self, data: Any) -> list[dict[str, Any]] | None:
         """Normalize one decoded chunk.
 
         Args:
@@ -159,7 +159,7 @@ class ChunkNormalizer:
                 chunk["usage"] = None
         return chunks
 
-    def _fast(self, data: dict[str, Any], choice: Any) -> list[dict[str, Any]] | None:
+    def _fast(self, data: dict[str, Any], choice: Any) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
         """The common reasoning chunk (one choice; one unsigned text fragment, with ``reasoning`` the same text or
         absent, or a plain ``reasoning`` / ``reasoning_content`` string), handled without the general machinery;
         ``_SLOW`` for anything else. Same output as the general path, key order included."""
@@ -247,7 +247,7 @@ class ChunkNormalizer:
         flush = finishing and splitter is not None and not state.finished
         if finishing:
             state.finished = True
-        if not (split or flush or any(key in delta for key in REASONING_KEYS)):
+        if not (split or flush or any(key in delta for key in REASONING_FIELDS)):
             return UNCHANGED
 
         pieces: list[Piece] = []
@@ -258,18 +258,12 @@ class ChunkNormalizer:
             pieces = _merge(pieces + splitter.flush())
         if splitter is not None:
             _note_echo(state, delta, pieces, splitter)  # echoed tags: _piece_fields drops their reasoning
-        main = _ordered(
-            delta,
-            {
-                **{k: v for k, v in delta.items() if k not in REASONING_KEYS and not (split and k == "content")},
-                **self._reasoning_fields(delta, state),
-            },
-        )
+        main = _with_reasoning(delta, self._reasoning_fields(delta, state), split)
         piece_deltas = [self._piece_fields(piece, state) for piece in pieces]
         piece_deltas = [d for d in piece_deltas if d]
         if piece_deltas and not split:
             deltas = [*piece_deltas, main]  # text a splitter held goes out before the finish chunk
-        elif len(piece_deltas) >= 1 and not main.keys() & {"content", *REASONING_KEYS}:
+        elif len(piece_deltas) >= 1 and not main.keys() & {"content", *REASONING_FIELDS}:
             deltas = [{**main, **piece_deltas[0]}, *piece_deltas[1:]]
         else:
             deltas = [main, *piece_deltas]
@@ -296,10 +290,7 @@ class ChunkNormalizer:
             return {}
         details = delta.get("reasoning_details")
         reasoning = delta.get("reasoning")
-        plain = reasoning if isinstance(reasoning, str) and reasoning else None
-        if plain is None:
-            content_text = delta.get("reasoning_content")
-            plain = content_text if isinstance(content_text, str) and content_text else None
+        plain = plain_reasoning(delta)
         fields: dict[str, Any] = {}
         if "reasoning" in delta and plain is None:
             fields["reasoning"] = reasoning
@@ -381,7 +372,7 @@ def _apart(delta: dict[str, Any]) -> list[dict[str, Any]]:
     by current openai SDKs alike, but older SDKs (2.x) take a delta's first list of entries as it is, without
     merging by ``index``, and then merge later entries into the wrong detail. Each entry after a repeated index
     goes out in a delta of its own (the other fields stay with the first), so every client sees one entry per
-    detail per chunk (DESIGN.md decision 5).
+    detail per chunk (``docs/streaming.md``).
     """
     details = delta.get("reasoning_details")
     if not isinstance(details, list) or len(details) < 2:
@@ -411,19 +402,19 @@ def _merge(pieces: list[Piece]) -> list[Piece]:
     return merged
 
 
-def _ordered(original: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
-    """``fields`` in the key order of ``original`` (new keys after), for readable output."""
-    ordered = {k: fields[k] for k in original if k in fields}
-    if "reasoning_content" in original and "reasoning" in fields and "reasoning" not in ordered:
-        ordered = {}
-        for k in original:
-            if k == "reasoning_content":
-                ordered["reasoning"] = fields["reasoning"]
-            elif k in fields:
-                ordered[k] = fields[k]
-    for k, v in fields.items():
-        ordered.setdefault(k, v)
-    return ordered
+def _with_reasoning(delta: dict[str, Any], fields: dict[str, Any], split: bool) -> dict[str, Any]:
+    """A copy of ``delta`` with its reasoning fields replaced by ``fields`` (and without ``content`` when it was
+    split), keys in ``delta``'s order: ``reasoning`` stands where ``reasoning_content`` stood when the delta had
+    no ``reasoning``; new keys go last."""
+    out = {k: v for k, v in delta.items() if not (split and k == "content")}
+    if "reasoning" in fields and "reasoning" not in delta:
+        splice(out, ("reasoning_content",), {"reasoning": fields["reasoning"]})
+    for key in REASONING_FIELDS:
+        if key in fields:
+            out[key] = fields[key]
+        else:
+            out.pop(key, None)
+    return out
 
 
 def _is_delta_choice(choice: Any) -> bool:

@@ -1,13 +1,19 @@
-"""Shared msgspec JSON encoder and decoder (reused instances; DESIGN.md decision 2: dicts for rewriting)."""
+"""The JSON codec: reused msgspec encoder and decoder, and the standard-library fallback for what msgspec refuses.
+
+Bodies are decoded to builtins (dicts and lists) for rewriting, never to Structs, which would drop fields they do
+not declare (``docs/architecture.md``).
+"""
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 from typing import Any
 
 import msgspec
 
+from numi_mw.core import errors
 from numi_mw.core.errors import ApiError
 
 encoder = msgspec.json.Encoder()
@@ -19,32 +25,17 @@ encode = encoder.encode
 (it runs once per rewritten SSE event)."""
 
 
-def not_json(exc: msgspec.DecodeError, body: bytes | None = None) -> ApiError:
-    """The 400 ``invalid_json`` error for a request ``body`` msgspec could not decode (``exc`` says where).
+def request_decode_error(exc: msgspec.DecodeError | RecursionError, body: bytes) -> ApiError:
+    """The 400 ``invalid_json`` error for a request ``body`` msgspec could not decode (``exc`` says why).
 
-    When the standard library reads the body (``decode_fallback``), the message names what msgspec refused
-    instead of its own words ("Input data was truncated" for a lone surrogate): requests must be strict JSON.
+    When the standard library reads the body (``decode_fallback``), the error names what msgspec refused instead
+    of its own words ("Input data was truncated" for a lone surrogate): requests must be strict JSON.
     """
-    if body is not None and decode_fallback(body) is not UNDECODABLE:
-        return ApiError(
-            400,
-            "invalid_json",
-            "The request body holds a lone UTF-16 surrogate escape (\\ud800 to \\udfff without its pair), which "
-            "is not a Unicode character, or a NaN or Infinity literal, which is not JSON; send whole characters "
-            "and finite numbers.",
-            None,
-        )
-    return ApiError(400, "invalid_json", f"The request body is not valid JSON ({exc}); send a JSON object.", None)
-
-
-def not_utf8(exc: UnicodeDecodeError) -> ApiError:
-    """The 400 ``invalid_json`` error for a request body that is not UTF-8 (RFC 8259 section 8.1)."""
-    return ApiError(
-        400,
-        "invalid_json",
-        f"The request body is not valid UTF-8 (byte {exc.start}); send UTF-8 encoded JSON.",
-        None,
-    )
+    if isinstance(exc, RecursionError):
+        return errors.too_deep()
+    if decode_fallback(body) is not UNDECODABLE:
+        return errors.not_strict_json()
+    return errors.invalid_json(str(exc))
 
 
 def check_utf8(body: bytes) -> None:
@@ -57,12 +48,7 @@ def check_utf8(body: bytes) -> None:
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise not_utf8(exc) from None
-
-
-def too_deep() -> ApiError:
-    """The 400 ``invalid_json`` error for a request body nested deeper than the decoder's recursion limit."""
-    return ApiError(400, "invalid_json", "The request body is nested too deeply to decode; flatten it.", None)
+            raise errors.not_utf8(exc.start) from None
 
 
 def decode_lenient(data: bytes) -> Any:
@@ -112,12 +98,13 @@ def encode_lenient(value: Any) -> bytes:
         return encode_fallback(value)
 
 
-UNDECODABLE: Any = object()
-"""What ``decode_lenient`` returns for bytes that are not decodable JSON."""
+class _Undecodable(enum.Enum):
+    UNDECODABLE = "UNDECODABLE"
 
 
-def _not_object() -> ApiError:
-    return ApiError(400, "invalid_request", "The request body must be a JSON object.", None)
+UNDECODABLE: Any = _Undecodable.UNDECODABLE
+"""What ``decode_lenient`` and ``decode_fallback`` return for bytes that are not decodable JSON (compare with
+``is``; typed ``Any`` because it stands beside any decoded JSON value)."""
 
 
 def decode_object(body: bytes) -> dict[str, Any]:
@@ -125,14 +112,12 @@ def decode_object(body: bytes) -> dict[str, Any]:
 
     Raises:
         ApiError: 400 ``invalid_json`` when ``body`` is not JSON; 400 ``invalid_request`` when it is not an
-            object (DESIGN.md error table).
+            object (``docs/errors.md``).
     """
     try:
         data = decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        raise not_json(exc, body) from None
-    except RecursionError:
-        raise too_deep() from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise request_decode_error(exc, body) from None
     if not isinstance(data, dict):
-        raise _not_object()
+        raise errors.not_an_object()
     return data

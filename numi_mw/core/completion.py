@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from numi_mw.core.reasoning_text import REASONING_KEYS, ThinkTags, visible_text
+from numi_mw.core.details import visible_text
+from numi_mw.core.fields import REASONING_FIELDS, drop, plain_reasoning, splice
+from numi_mw.core.think import ThinkTags
 
 
 def normalize_completion(data: Any, *, exclude: bool = False, think: ThinkTags | None = None) -> bool:
@@ -49,15 +51,10 @@ def _normalize_message(message: dict[str, Any], exclude: bool, think: ThinkTags 
             message["content"] = rest
             changed = True
     if exclude:
-        for key in REASONING_KEYS:
-            if key in message:
-                del message[key]
-                changed = True
-        return changed
+        return drop(message, REASONING_FIELDS) or changed
     reasoning = message.get("reasoning")
     details = message.get("reasoning_details")
-    plain_content = message.get("reasoning_content")
-    plain = next((t for t in (reasoning, plain_content) if isinstance(t, str) and t), None)
+    plain = plain_reasoning(message)
     if tagged:
         own = plain or (visible_text(details) if isinstance(details, list) else "")
         if own and own.strip() == tagged.strip():  # the tags repeat the message's own reasoning (llama.cpp's
@@ -82,25 +79,8 @@ def _normalize_message(message: dict[str, Any], exclude: bool, think: ThinkTags 
         return changed
     if fields["reasoning"] is None:
         del fields["reasoning"]
-    before = {k: message.get(k) for k in REASONING_KEYS if k in message}
+    before = {k: message.get(k) for k in REASONING_FIELDS if k in message}
     if before == fields:
         return changed
-    _replace_reasoning(message, fields)
+    splice(message, REASONING_FIELDS, fields)
     return True
-
-
-def _replace_reasoning(message: dict[str, Any], fields: dict[str, Any]) -> None:
-    """Set ``fields`` on ``message`` in place of its reasoning keys, at the position of the first of them."""
-    items: list[tuple[str, Any]] = []
-    placed = False
-    for key, value in message.items():
-        if key in REASONING_KEYS:
-            if not placed:
-                items.extend(fields.items())
-                placed = True
-            continue
-        items.append((key, value))
-    if not placed:
-        items.extend(fields.items())
-    message.clear()
-    message.update(items)

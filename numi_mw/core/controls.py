@@ -18,9 +18,9 @@ import msgspec
 
 from numi_mw.core.budget import DEFAULT_EFFORT, EFFORT_BUDGETS, generated_budget, output_limit
 from numi_mw.core.errors import invalid_request
+from numi_mw.core.fields import CONTROL_FIELDS, splice
 from numi_mw.core.providers import ProviderRules
 
-SHORTHANDS = ("reasoning_effort", "include_reasoning")
 _EFFORT_FORM_KEYS = frozenset(("effort", "enabled", "exclude"))
 
 
@@ -93,8 +93,8 @@ def fold_controls(body: dict[str, Any]) -> tuple[ReasoningControls, bool]:
         if include is not None:
             obj["exclude"] = not include
     changed = has_shorthand or (has_object and raw is None)
-    if changed:
-        _place_reasoning(body, obj)
+    if changed:  # the shorthands go; the object stands where the first of them stood
+        splice(body, CONTROL_FIELDS, {"reasoning": obj} if obj is not None else {})
     if obj is None:
         return NO_CONTROLS, changed
     exclude = _check_bool(obj.get("exclude"), "reasoning.exclude")
@@ -107,21 +107,6 @@ def fold_controls(body: dict[str, Any]) -> tuple[ReasoningControls, bool]:
         max_tokens=obj.get("max_tokens"),
     )
     return controls, changed
-
-
-def _place_reasoning(body: dict[str, Any], obj: dict[str, Any] | None) -> None:
-    """Drop the shorthands and set ``reasoning`` (or remove it when ``obj`` is None), keeping key order."""
-    items: list[tuple[str, Any]] = []
-    placed = False
-    for key, value in body.items():
-        if key == "reasoning" or key in SHORTHANDS:
-            if not placed and obj is not None:
-                items.append(("reasoning", obj))
-            placed = True
-            continue
-        items.append((key, value))
-    body.clear()
-    body.update(items)
 
 
 def encode_controls(body: dict[str, Any], controls: ReasoningControls, rules: ProviderRules) -> bool:
@@ -157,7 +142,7 @@ def encode_controls(body: dict[str, Any], controls: ReasoningControls, rules: Pr
             replacement["reasoning_effort"] = controls.effort
         if controls.exclude and rules.send_include_reasoning:
             replacement["include_reasoning"] = False
-        _replace_key(body, "reasoning", replacement)
+        splice(body, ("reasoning",), replacement)
         return True
     thinking: dict[str, Any] | None
     if rules.controls_form == "zai-thinking":
@@ -165,9 +150,9 @@ def encode_controls(body: dict[str, Any], controls: ReasoningControls, rules: Pr
     else:
         thinking = _anthropic_thinking(body, controls)
     if body.get("thinking") is not None or thinking is None:  # a null thinking counts as absent
-        _replace_key(body, "reasoning", {})
+        splice(body, ("reasoning",), {})
     else:
-        _replace_key(body, "reasoning", {"thinking": thinking})
+        splice(body, ("reasoning",), {"thinking": thinking})
     return True
 
 
@@ -205,15 +190,3 @@ def _anthropic_thinking(body: dict[str, Any], controls: ReasoningControls) -> di
         )
     budget = generated_budget(effort, output_limit(body))
     return None if budget is None else {"type": "enabled", "budget_tokens": budget}
-
-
-def _replace_key(body: dict[str, Any], key: str, replacement: dict[str, Any]) -> None:
-    """Replace ``key`` by the items of ``replacement`` at the same position."""
-    items: list[tuple[str, Any]] = []
-    for k, v in body.items():
-        if k == key:
-            items.extend(replacement.items())
-        elif k not in replacement:
-            items.append((k, v))
-    body.clear()
-    body.update(items)

@@ -3,7 +3,8 @@
 
 A reasoning detail is a dict such as ``{"type": "reasoning.text", "text": "...", "signature": "...",
 "format": "anthropic-claude-v1", "index": 0}``; types are ``reasoning.text``, ``reasoning.summary`` and
-``reasoning.encrypted``, and unknown types and fields travel unchanged (DESIGN.md "Decisions" 4). Details are
+``reasoning.encrypted``, and unknown types and fields travel unchanged (spec 004 "Preserve reasoning across
+turns": "Return all reasoning details unchanged"). Details are
 plain dicts here, never Structs, so nothing the spec does not name is lost.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from numi_mw.core.errors import ApiError
+from numi_mw.core.errors import invalid_request
 
 __all__ = [
     "MAX_DATA_BYTES",
@@ -21,6 +22,7 @@ __all__ = [
     "check_detail_limits",
     "rebuild_reasoning_details",
     "utf8_size_exceeds",
+    "visible_text",
 ]
 
 MAX_TEXT_BYTES = 4 * 1024 * 1024
@@ -69,7 +71,7 @@ def check_detail_limits(messages: list[Any]) -> None:
     Raises:
         ApiError: 400 ``invalid_request`` for the first field over its limit, in message, detail and field
             order (``text``, ``summary``, ``signature``, ``data``), with ``param`` naming its path, e.g.
-            ``messages[3].reasoning_details[0].text`` (DESIGN.md "Errors, one table").
+            ``messages[3].reasoning_details[0].text`` (``docs/errors.md``).
     """
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
@@ -84,9 +86,7 @@ def check_detail_limits(messages: list[Any]) -> None:
                 value = detail.get(field)
                 if isinstance(value, str) and utf8_size_exceeds(value, limit):
                     path = f"messages[{i}].reasoning_details[{j}].{field}"
-                    raise ApiError(
-                        400,
-                        "invalid_request",
+                    raise invalid_request(
                         f"{path} is larger than {limit_name} ({limit} bytes of UTF-8); send reasoning details "
                         "back as the provider returned them, or leave this one out.",
                         path,
@@ -97,7 +97,7 @@ class DetailsRebuilder:
     """The rebuild of spec 004 "From a stream", one fragment at a time (``rebuild_reasoning_details`` runs it).
 
     ``add`` merges one fragment by the spec's four rules and says where it went, so a stream normalizer can give
-    each streamed fragment the ``index`` of the detail it lands in (DESIGN.md decision 5).
+    each streamed fragment the ``index`` of the detail it lands in (``docs/streaming.md``).
 
     Args:
         track_text: keep the text rule 1 appends. A stream normalizer that only needs to know where fragments go
@@ -190,6 +190,26 @@ class DetailsRebuilder:
             if parts is None:
                 parts = self._parts[pos] = [self.details[pos].get("text", "")]
             parts.append(text)
+
+
+def visible_text(details: list[Any]) -> str:
+    """The displayable text of reasoning details (spec 004 "Response fields", the detail types): ``text`` of
+    ``reasoning.text`` and ``summary`` (or ``text``) of ``reasoning.summary`` entries, concatenated in order.
+    Encrypted and unknown entries show nothing."""
+    parts: list[str] = []
+    for detail in details:
+        if not isinstance(detail, dict):
+            continue
+        kind = detail.get("type")
+        if kind == "reasoning.text":
+            value = detail.get("text")
+        elif kind == "reasoning.summary":
+            value = detail.get("summary", detail.get("text"))
+        else:
+            continue
+        if isinstance(value, str):
+            parts.append(value)
+    return "".join(parts)
 
 
 FILLED_KEYS = ("signature", "id", "format", "index")

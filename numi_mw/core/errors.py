@@ -1,35 +1,54 @@
-"""Errors as data: ``ApiError`` and the OpenAI-style error body (DESIGN.md "Errors, one table")."""
+"""Errors as data: the one table of error codes, ``ApiError``, and a constructor per code.
+
+Every error numi_mw answers with is an ``ApiError`` made here, from a code of ``ERROR_CODES``, and rendered by
+every shell as the OpenAI-style error body ``{"error": {"message", "type", "code", "param"}}``. The situations
+each code covers are tabled in ``docs/errors.md``; a test checks that table against ``ERROR_CODES``.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final, Literal
 
 import msgspec
 
 _encoder = msgspec.json.Encoder()
 
+ErrorType = Literal["invalid_request_error", "api_error"]
+
+ERROR_CODES: Final[dict[str, tuple[int, ErrorType]]] = {
+    "invalid_json": (400, "invalid_request_error"),
+    "invalid_request": (400, "invalid_request_error"),
+    "unsupported_capability": (400, "invalid_request_error"),
+    "model_not_found": (404, "invalid_request_error"),
+    "payload_too_large": (413, "invalid_request_error"),
+    "upstream_unavailable": (502, "api_error"),
+    "provider_unavailable": (503, "api_error"),
+    "upstream_timeout": (504, "api_error"),
+}
+"""Each ``error.code`` with its HTTP status and ``error.type`` (``invalid_request_error`` for 4xx, ``api_error``
+for 5xx, as OpenAI's API answers). An upstream's own error response is passed through and is not in here."""
+
 
 class ApiError(Exception):
     """A request numi_mw refuses, rendered by every shell as the OpenAI-style error body.
 
+    Made by the constructors of this module (``invalid_request``, ``payload_too_large``, ...), one per code.
+
     Args:
-        status: HTTP status (400, 413, 502, 503, 504).
-        code: ``error.code``, e.g. ``invalid_json``, ``invalid_request``, ``payload_too_large``.
+        code: ``error.code``, a key of ``ERROR_CODES``; it decides ``status`` and ``type``.
         message: one sentence saying what was wrong and what to do.
         param: the field path at fault (``messages[3].reasoning_details[0].text``), or ``None``.
+
+    Raises:
+        KeyError: ``code`` is not in ``ERROR_CODES``.
     """
 
-    def __init__(self, status: int, code: str, message: str, param: str | None = None) -> None:
+    def __init__(self, code: str, message: str, param: str | None = None) -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.type = ERROR_CODES[code]
         self.code = code
         self.message = message
         self.param = param
-
-    @property
-    def type(self) -> str:
-        """``invalid_request_error`` for 4xx statuses, ``api_error`` for 5xx."""
-        return "invalid_request_error" if self.status < 500 else "api_error"
 
     def body(self) -> dict[str, Any]:
         """The error body: ``{"error": {"message", "type", "code", "param"}}``."""
@@ -40,17 +59,83 @@ class ApiError(Exception):
         return _encoder.encode(self.body())
 
     def __repr__(self) -> str:
-        return f"ApiError({self.status}, {self.code!r}, {self.message!r}, param={self.param!r})"
+        return f"ApiError({self.code!r}, {self.message!r}, param={self.param!r})"
 
 
-def invalid_request(message: str, param: str | None) -> ApiError:
-    """A 400 ``invalid_request`` error on ``param``."""
-    return ApiError(400, "invalid_request", message, param)
+def invalid_request(message: str, param: str | None = None) -> ApiError:
+    """400 ``invalid_request``: a body of the wrong shape or a value the rules refuse, on ``param``."""
+    return ApiError("invalid_request", message, param)
+
+
+def unsupported_capability(message: str, param: str | None = None) -> ApiError:
+    """400 ``unsupported_capability``: opaque state or a wire API the route cannot carry (spec 004 "Preserve
+    reasoning across turns": "A native dialect adapter can return unsupported_capability")."""
+    return ApiError("unsupported_capability", message, param)
+
+
+def invalid_json(detail: str) -> ApiError:
+    """400 ``invalid_json``: the request body is not JSON; ``detail`` says where the decoder stopped."""
+    return ApiError("invalid_json", f"The request body is not valid JSON ({detail}); send a JSON object.")
+
+
+def not_strict_json() -> ApiError:
+    """400 ``invalid_json`` for a body only the standard library reads: a lone UTF-16 surrogate escape or a
+    ``NaN`` / ``Infinity`` literal (requests must be strict JSON, RFC 8259)."""
+    return ApiError(
+        "invalid_json",
+        "The request body holds a lone UTF-16 surrogate escape (\\ud800 to \\udfff without its pair), which is not "
+        "a Unicode character, or a NaN or Infinity literal, which is not JSON; send whole characters and finite "
+        "numbers.",
+    )
+
+
+def not_utf8(offset: int) -> ApiError:
+    """400 ``invalid_json`` for a request body that is not UTF-8 at byte ``offset`` (RFC 8259 section 8.1)."""
+    return ApiError("invalid_json", f"The request body is not valid UTF-8 (byte {offset}); send UTF-8 encoded JSON.")
+
+
+def too_deep() -> ApiError:
+    """400 ``invalid_json`` for a request body nested deeper than the decoder's recursion limit."""
+    return ApiError("invalid_json", "The request body is nested too deeply to decode; flatten it.")
+
+
+def not_an_object() -> ApiError:
+    """400 ``invalid_request`` for a request body that is JSON but not an object."""
+    return invalid_request("The request body must be a JSON object.")
+
+
+def bad_path() -> ApiError:
+    """400 ``invalid_request`` for a request path with a dot segment (``.``, ``..`` or an encoded form)."""
+    return invalid_request("The request path may not contain '.' or '..' segments.")
+
+
+def model_not_found(model: str) -> ApiError:
+    """404 ``model_not_found``: ``GET …/models/{model}/endpoints`` for a model the catalog lacks."""
+    return ApiError("model_not_found", f'No model "{model}" in the catalog.')
 
 
 def payload_too_large(limit: int, size: int | None = None) -> ApiError:
-    """A 413 ``payload_too_large`` error for a body over ``limit`` bytes (``size`` bytes, when known)."""
+    """413 ``payload_too_large`` for a body over ``limit`` bytes (``size`` bytes, when known)."""
     measured = f"is {size} bytes, " if size is not None else "is "
     return ApiError(
-        413, "payload_too_large", f"The request body {measured}over the limit of {limit} bytes; send less history."
+        "payload_too_large", f"The request body {measured}over the limit of {limit} bytes; send less history."
     )
+
+
+def provider_unavailable(message: str) -> ApiError:
+    """503 ``provider_unavailable``: no endpoint may serve the request (spec 004 "Routing requirements")."""
+    return ApiError("provider_unavailable", message)
+
+
+def upstream_unavailable(message: str) -> ApiError:
+    """502 ``upstream_unavailable``: the upstream could not be reached, or its answer broke off."""
+    return ApiError("upstream_unavailable", message)
+
+
+def upstream_timeout(message: str) -> ApiError:
+    """504 ``upstream_timeout``: the upstream did not answer, or stopped answering, in time."""
+    return ApiError("upstream_timeout", message)
+
+
+CUT_SHORT = upstream_unavailable("The stream ended inside an event; the answer is incomplete.")
+"""The error of a stream that ends inside an unfinished, undecodable event (``response.SSERewriter.finish``)."""

@@ -1,6 +1,8 @@
-"""Provider rules: what each target provider changes in a request (README "Rules per provider").
+"""Provider rules: what each target provider reads and refuses, one row per provider (``docs/providers.md``).
 
-A provider name selects one ``ProviderRules``. The rules are data; ``controls`` and ``history`` read them.
+A provider name selects one ``ProviderRules``. The rules are data; ``controls``, ``history``, ``routing`` and the
+response side read them, and none of them matches a provider by name. A new provider is one new row of
+``PROVIDERS``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from urllib.parse import urlsplit
 
 ControlsForm = Literal["object", "effort", "zai-thinking", "anthropic-thinking"]
 ReasoningField = Literal["reasoning", "reasoning_content"]
+Replay = Literal["none", "text", "details", "preserved-text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,44 +29,56 @@ class ProviderRules:
             ``reasoning`` object), ``effort`` (the ``reasoning_effort`` string where the controls fit in it),
             ``zai-thinking`` (``thinking.type`` plus ``clear_thinking: false``), ``anthropic-thinking``
             (``thinking.type`` plus ``budget_tokens``).
+        replay: the provider's row of spec 000's message preparation filter ("The Message Preparation
+            Filter"), for assistant history: ``none`` (direct ``openai`` or ``inception``: reasoning text and
+            details removed), ``text`` (``anthropic``: text kept for thinking blocks, details removed),
+            ``details`` (``openrouter``: both kept when preserving, else details on tool-call messages only),
+            ``preserved-text`` (other reasoning-capable routes: text kept only when preserving, details
+            removed).
+        routing_fields: the provider reads the request fields that steer routing (``provider``,
+            ``session_id``); for other providers a catalog route removes them.
         send_include_reasoning: with the ``effort`` form, send ``include_reasoning: false`` when reasoning is
             excluded (vLLM honours it); otherwise exclusion is enforced on the response only.
         split_think_tags: responses carry reasoning as ``<think>`` tags inside ``content``.
+        hosts: API hosts (and their subdomains) that mean this provider when it is not named.
     """
 
     name: str
     reasoning_field: ReasoningField
     controls_form: ControlsForm
+    replay: Replay
+    routing_fields: bool = False
     send_include_reasoning: bool = False
     split_think_tags: bool = False
+    hosts: tuple[str, ...] = ()
 
 
 PROVIDERS: dict[str, ProviderRules] = {
-    "openrouter": ProviderRules("openrouter", "reasoning", "object"),
-    "ppq": ProviderRules("ppq", "reasoning", "object"),
-    "openai": ProviderRules("openai", "reasoning_content", "effort"),
-    "inception": ProviderRules("inception", "reasoning_content", "effort"),
-    "anthropic": ProviderRules("anthropic", "reasoning_content", "anthropic-thinking"),
-    "zai": ProviderRules("zai", "reasoning_content", "zai-thinking"),
-    "deepseek": ProviderRules("deepseek", "reasoning_content", "effort"),
-    "local": ProviderRules("local", "reasoning_content", "effort", send_include_reasoning=True, split_think_tags=True),
-    "generic": ProviderRules("generic", "reasoning_content", "object"),
+    rules.name: rules
+    for rules in (
+        ProviderRules("openrouter", "reasoning", "object", "details", routing_fields=True, hosts=("openrouter.ai",)),
+        ProviderRules("ppq", "reasoning", "object", "details", routing_fields=True, hosts=("api.ppq.ai",)),
+        ProviderRules("openai", "reasoning_content", "effort", "none", hosts=("api.openai.com",)),
+        ProviderRules("inception", "reasoning_content", "effort", "none", hosts=("api.inceptionlabs.ai",)),
+        ProviderRules("anthropic", "reasoning_content", "anthropic-thinking", "text", hosts=("api.anthropic.com",)),
+        ProviderRules(
+            "zai", "reasoning_content", "zai-thinking", "preserved-text", hosts=("api.z.ai", "open.bigmodel.cn")
+        ),
+        ProviderRules("deepseek", "reasoning_content", "effort", "preserved-text", hosts=("api.deepseek.com",)),
+        ProviderRules(
+            "local", "reasoning_content", "effort", "preserved-text", send_include_reasoning=True, split_think_tags=True
+        ),
+        # An upstream numi_mw knows nothing about is taken for an API of spec 004's kind, which reads reasoning
+        # details back ("Return all reasoning details unchanged").
+        ProviderRules("generic", "reasoning_content", "object", "details"),
+    )
 }
+"""Every provider's rules by name (the table is ``docs/providers.md``)."""
 
-_KNOWN_HOSTS: dict[str, str] = {
-    "openrouter.ai": "openrouter",
-    "api.ppq.ai": "ppq",
-    "api.openai.com": "openai",
-    "api.inceptionlabs.ai": "inception",
-    "api.anthropic.com": "anthropic",
-    "api.z.ai": "zai",
-    "open.bigmodel.cn": "zai",
-    "api.deepseek.com": "deepseek",
-}
 _LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
 
 
-def get_provider(name: str) -> ProviderRules:
+def provider_rules(name: str) -> ProviderRules:
     """The rules of provider ``name``.
 
     Raises:
@@ -79,15 +94,16 @@ def get_provider(name: str) -> ProviderRules:
 def infer_provider(base_url: str) -> str:
     """Infer a provider name from an upstream base URL's host.
 
-    Well-known API hosts map to their provider; loopback hosts (``localhost``, ``127.0.0.1``, ``::1``) to
-    ``local`` (vLLM, llama.cpp, Ollama); anything else to ``generic``.
+    A host of a provider's ``hosts`` (or a subdomain of one) means that provider; loopback hosts
+    (``localhost``, ``127.0.0.1``, ``::1``) mean ``local`` (vLLM, llama.cpp, Ollama); anything else ``generic``.
     """
     host = (urlsplit(base_url).hostname or "").lower()
-    if host in _KNOWN_HOSTS:
-        return _KNOWN_HOSTS[host]
-    for known, name in _KNOWN_HOSTS.items():
-        if host.endswith("." + known):
-            return name
+    for rules in PROVIDERS.values():
+        if host in rules.hosts:
+            return rules.name
+    for rules in PROVIDERS.values():
+        if any(host.endswith("." + known) for known in rules.hosts):
+            return rules.name
     if host in _LOOPBACK or host.startswith("127."):
         return "local"
     return "generic"

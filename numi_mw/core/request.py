@@ -1,24 +1,32 @@
-"""The request side of the core: bytes in, bytes out (DESIGN.md "request: decode → controls → history").
+"""The request side of the core: one pipeline, bytes in, bytes out.
 
-``prepare_request`` is the one entry point every shell calls for a chat completions request body.
+``prepare_request`` is the one entry point every shell calls for a chat completions request body:
+
+1. decode (or, for a small body with nothing to normalize on a fixed route, ``probe`` and pass it as it came);
+2. fold the reasoning controls (``controls.fold_controls``);
+3. route: a fixed route, or one chosen through a catalog (``routing.route_request``);
+4. the pipeline for that route (``prepare_for_route``): controls in the provider's form, Z.AI's ``thinking``,
+   spec 000's message preparation filter, spec 004's reasoning / reasoning_content table, the detail size
+   limits;
+5. the wire API (``routing.check_wire_api``), then encode (the original bytes when nothing changed).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from numi_mw.core import codec
-from numi_mw.core.catalog import Catalog, Provider
+from numi_mw.core.catalog import Catalog
 from numi_mw.core.controls import NO_CONTROLS, ReasoningControls, add_zai_thinking, encode_controls, fold_controls
 from numi_mw.core.details import MAX_SIGNATURE_BYTES, check_detail_limits
-from numi_mw.core.errors import ApiError, payload_too_large
-from numi_mw.core.history import Route, normalize_messages, prepare_messages
-from numi_mw.core.providers import PROVIDERS, ProviderRules
-from numi_mw.core.routing import apply_reasoning_mode, choose_endpoint, eligible_endpoints, session_id
+from numi_mw.core.errors import payload_too_large
+from numi_mw.core.history import normalize_messages, prepare_messages
+from numi_mw.core.providers import ProviderRules
+from numi_mw.core.routing import Route, check_wire_api, fixed_route, route_request
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 """Default request body limit in bytes (64 MiB); larger bodies get 413 ``payload_too_large``."""
@@ -28,7 +36,7 @@ MIN_DETAIL_LIMIT = MAX_SIGNATURE_BYTES
 UTF-8 size never exceeds its encoded length, so the detail walk is skipped."""
 
 PROBE_MAX_BYTES = 64 * 1024
-"""Bodies up to this size (bytes) are probed first (``probe_plain``); larger ones are decoded straight away.
+"""Bodies up to this size (bytes) are probed first (``probe``); larger ones are decoded straight away.
 Measured: for a 2 KiB body the probe costs a third of a full decode plus the walk; for bodies with thousands
 of tiny messages it costs more than decoding, and such bodies are large."""
 
@@ -38,10 +46,11 @@ class _MessageProbe(msgspec.Struct, gc=False):
 
     reasoning: msgspec.Raw = msgspec.Raw()
     reasoning_content: msgspec.Raw = msgspec.Raw()
+    reasoning_details: msgspec.Raw = msgspec.Raw()
 
 
 class _BodyProbe(msgspec.Struct, gc=False):
-    """The fields of a request body the request rules read (``fold_controls``, ``normalize_messages``)."""
+    """The fields of a request body the request rules read (``fold_controls``, the history rules)."""
 
     reasoning: msgspec.Raw = msgspec.Raw()
     reasoning_effort: msgspec.Raw = msgspec.Raw()
@@ -53,34 +62,55 @@ class _BodyProbe(msgspec.Struct, gc=False):
 _probe_decoder = msgspec.json.Decoder(_BodyProbe)
 
 
-def probe_plain(body: bytes) -> bool | None:
-    """Decide without building the body whether it has nothing to normalize.
+class Probe(enum.Enum):
+    """What ``probe`` decided about a body."""
 
-    One msgspec pass that skips every field the rules do not read (so the body is also checked to be JSON).
+    REWRITE = "rewrite"
+    """The rules may change something, or the shape is unusual: decode it."""
+    PLAIN = "plain"
+    """Nothing to normalize; the body does not ask for a stream."""
+    PLAIN_STREAM = "plain-stream"
+    """Nothing to normalize; the body has ``"stream": true``."""
+
+
+def _may_hold_metadata(body: bytes) -> bool:
+    """Whether ``body`` may hold a key starting with ``_`` (internal metadata, spec 000's filter removes it):
+    a ``"_`` in the bytes, or the escape a key could spell ``_`` with."""
+    return body.find(b'"_') >= 0 or body.find(b"\\u005") >= 0
+
+
+def probe(body: bytes, route: Route) -> Probe:
+    """Decide without building the body whether the rules of ``route`` leave it as it is.
+
+    One msgspec pass that skips every field the rules do not read (so the body is also checked to be JSON and
+    UTF-8). Assistant history with ``reasoning_details`` passes only where the route keeps every detail
+    (preserving ``openrouter``, ``ppq`` and ``generic`` routes); a possible ``_`` key never does.
 
     Returns:
-        ``None`` when the rules may change something (a reasoning control, a message with ``reasoning`` or
-        ``reasoning_content``) or the shape is unusual (not an object, ``messages`` not an array of objects):
-        decode it. Otherwise the value of ``"stream": true`` (``True``, or ``False`` for anything else).
+        ``Probe.REWRITE`` when the rules may change something (a reasoning control, a message with
+        ``reasoning`` or ``reasoning_content``, details the route drops, internal metadata) or the shape is
+        unusual (not an object, ``messages`` not an array of objects); else ``Probe.PLAIN`` or
+        ``Probe.PLAIN_STREAM`` by ``"stream": true``.
 
     Raises:
         ApiError: 400 ``invalid_json`` when ``body`` is not JSON or not UTF-8.
     """
     try:
-        probe = _probe_decoder.decode(body)
+        found = _probe_decoder.decode(body)
     except msgspec.ValidationError:
-        return None
-    except msgspec.DecodeError as exc:
-        raise codec.not_json(exc, body) from None
-    except RecursionError:
-        raise codec.too_deep() from None
-    if probe.reasoning or probe.reasoning_effort or probe.include_reasoning:
-        return None
-    for message in probe.messages:
-        if message.reasoning or message.reasoning_content:
-            return None
+        return Probe.REWRITE
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise codec.request_decode_error(exc, body) from None
+    if found.reasoning or found.reasoning_effort or found.include_reasoning:
+        return Probe.REWRITE
+    keeps_details = route.replay == "details" and route.preserve and route.reasoning
+    for message in found.messages:
+        if message.reasoning or message.reasoning_content or (message.reasoning_details and not keeps_details):
+            return Probe.REWRITE
+    if _may_hold_metadata(body):
+        return Probe.REWRITE
     codec.check_utf8(body)  # msgspec does not validate the strings it skips
-    return probe.stream is True
+    return Probe.PLAIN_STREAM if found.stream is True else Probe.PLAIN
 
 
 class PreparedRequest(msgspec.Struct, frozen=True, gc=False):
@@ -91,212 +121,104 @@ class PreparedRequest(msgspec.Struct, frozen=True, gc=False):
         changed: whether ``body`` differs from the client's bytes.
         controls: the effective reasoning controls (the response side reads ``exclude`` from them).
         stream: the request asked for a stream (``"stream": true``).
+        route: the route the request takes.
     """
 
     body: bytes
     changed: bool
     controls: ReasoningControls
-    stream: bool = False
+    stream: bool
+    route: Route
 
 
 def prepare_request(
-    body: bytes, rules: ProviderRules, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    body: bytes,
+    target: ProviderRules | Route | Catalog,
+    *,
+    headers: Mapping[str, str] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> PreparedRequest:
-    """Normalize a chat completions request body for ``rules``'s provider.
+    """Prepare a chat completions request body for its upstream (the steps are this module's docstring).
 
-    Folds the reasoning controls (``controls.fold_controls``), writes them in the provider's form
-    (``controls.encode_controls``) and applies the reasoning / reasoning_content table to the assistant history
-    (``history.normalize_messages``). Everything else is semantically unchanged; a body with nothing to
-    normalize is returned as the original bytes, decided for small bodies without building them
-    (``probe_plain``).
+    Everything the rules do not name is semantically unchanged (unknown fields, numbers, key order); a body with
+    nothing to normalize is returned as the original bytes, decided for small bodies on a fixed route without
+    building them (``probe``).
 
     Args:
         body: the client's request body (UTF-8 JSON bytes).
-        rules: the target provider's rules.
+        target: where it goes: a provider's rules (a fixed route with preservation on), a ``Route`` (from
+            ``routing.fixed_route``), or a ``Catalog`` to route through.
+        headers: request headers with lower-case names (a catalog reads ``x-session-id``).
         max_body_bytes: the body limit in bytes.
 
     Raises:
         ApiError: 413 ``payload_too_large`` over ``max_body_bytes``; 400 ``invalid_json`` when ``body`` is not
             JSON; 400 ``invalid_request`` (with the field path as ``param``) for a body of the wrong shape or a
             reasoning detail over its size limit (spec 004 "Reasoning detail": text 4 MiB, signature 1 MiB,
-            data 8 MiB).
+            data 8 MiB); through a catalog, the routing errors of ``routing.route_request``; 400
+            ``unsupported_capability`` for a route whose wire API numi_mw cannot translate to.
     """
     if len(body) > max_body_bytes:
         raise payload_too_large(max_body_bytes, len(body))
-    if len(body) <= PROBE_MAX_BYTES and rules.controls_form != "zai-thinking":  # zai always gets thinking
-        plain = probe_plain(body)
-        if plain is not None:
-            return PreparedRequest(body, False, NO_CONTROLS, plain)
+    route = fixed_route(target) if isinstance(target, ProviderRules) else target
+    if (
+        isinstance(route, Route)
+        and len(body) <= PROBE_MAX_BYTES
+        and route.wire_api == "openai-chat"
+        and route.rules.controls_form != "zai-thinking"  # zai always gets thinking
+    ):
+        plain = probe(body, route)
+        if plain is not Probe.REWRITE:
+            return PreparedRequest(body, False, NO_CONTROLS, plain is Probe.PLAIN_STREAM, route)
     data = codec.decode_object(body)
-    controls, changed = normalize_body(data, rules, len(body))
+    controls, changed = fold_controls(data)
+    if isinstance(route, Catalog):
+        route, routed = route_request(data, controls, route, headers or {})
+        if routed:
+            changed = True
+            controls, _ = fold_controls(data)
+    if prepare_for_route(data, controls, route, len(body)):
+        changed = True
+    check_wire_api(route)
     stream = data.get("stream") is True
-    if not changed:
-        return PreparedRequest(body, False, controls, stream)
-    return PreparedRequest(codec.encode(data), True, controls, stream)
+    return PreparedRequest(codec.encode(data) if changed else body, changed, controls, stream, route)
 
 
-def normalize_body(data: dict[str, Any], rules: ProviderRules, body_size: int) -> tuple[ReasoningControls, bool]:
-    """Normalize a decoded request body of ``body_size`` bytes in place (see ``prepare_request``).
+def prepare_for_route(data: dict[str, Any], controls: ReasoningControls, route: Route, body_size: int) -> bool:
+    """The request pipeline after routing, on a decoded body of ``body_size`` bytes, in place.
+
+    Writes the controls in the provider's form (``controls.encode_controls``), or gives a Z.AI request with no
+    controls its ``thinking`` (spec 000 "Provider-Specific Handling"); runs spec 000's message preparation
+    filter for the route (``history.prepare_messages``) and spec 004's reasoning / reasoning_content table
+    (``history.normalize_messages``); checks the reasoning detail size limits.
 
     Returns:
-        ``(controls, changed)``: the effective reasoning controls and whether ``data`` changed.
+        Whether ``data`` changed.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` for ``messages`` of the wrong shape, a detail over its size limit, or
+            an effort with no thinking budget on the ``anthropic-thinking`` form.
     """
-    controls, changed = fold_controls(data)
+    rules = route.rules
+    changed = False
     if controls.present:
         if encode_controls(data, controls, rules):
             changed = True
-    elif add_zai_thinking(data, rules):
+    elif route.reasoning and add_zai_thinking(data, rules):
         changed = True
     if "messages" in data:
-        if normalize_messages(data["messages"], rules.reasoning_field):
+        messages = data["messages"]
+        filtered = prepare_messages(messages, route.replay, reasoning=route.reasoning, preserve=route.preserve)
+        if any(new is not old for new, old in zip(filtered, messages, strict=True)):
+            data["messages"] = filtered
+            changed = True
+        if normalize_messages(filtered, rules.reasoning_field):
             changed = True
         if body_size > MIN_DETAIL_LIMIT:
-            check_detail_limits(data["messages"])
-    return controls, changed
+            check_detail_limits(filtered)
+    return changed
 
 
 def is_chat_completions(method: str, path: str) -> bool:
     """Whether a request is one numi_mw normalizes: ``POST`` to any path ending in ``/chat/completions``."""
     return method == "POST" and path.rstrip("/").endswith("/chat/completions")
-
-
-@dataclass(frozen=True, slots=True)
-class RouteDecision:
-    """Where a catalog-routed request goes (issue "A model catalog decides routes").
-
-    Attributes:
-        provider: the catalog provider that serves the request (its ``base_url``, ``wire_api`` and key).
-        rules: the provider rules applied to the request and response.
-        model: the catalog model id, or ``None`` when the model is not in the catalog (then the catalog's first
-            provider serves it, with no capability facts and no history filter).
-        endpoint: the chosen endpoint's tag, or ``None`` with no catalog model.
-        eligible: the tags of every eligible endpoint, in catalog order.
-    """
-
-    provider: Provider
-    rules: ProviderRules
-    model: str | None = None
-    endpoint: str | None = None
-    eligible: tuple[str, ...] = ()
-
-    def describe(self) -> dict[str, Any]:
-        """The decision as JSON-ready data (``numi-mw request --catalog`` prints it)."""
-        return {
-            "model": self.model,
-            "endpoint": self.endpoint,
-            "eligible": list(self.eligible),
-            "provider": self.provider.name,
-            "base_url": self.provider.base_url,
-            "wire_api": self.provider.wire_api,
-            "rules": self.rules.name,
-        }
-
-
-_ROUTING_FIELDS = ("provider", "session_id")
-"""Request fields that steer routing; forwarded to OpenRouter and PPQ (which read them), removed for others."""
-
-
-def rules_for(provider: Provider) -> ProviderRules:
-    """The rules of a catalog provider: its ``rules`` key, else its name when known, else ``generic``."""
-    name = provider.rules or provider.name
-    return PROVIDERS.get(name, PROVIDERS["generic"])
-
-
-def prepare_routed_request(
-    body: bytes,
-    catalog: Catalog,
-    *,
-    headers: Mapping[str, str] | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-) -> tuple[PreparedRequest, RouteDecision]:
-    """Route a chat completions request through ``catalog`` and prepare it for the chosen endpoint.
-
-    The order: fold the reasoning controls; find the model; choose the eligible endpoints (spec 004 "Routing
-    requirements", strict with ``provider.require_parameters: true``); pick one, sticky per session id
-    (``x-session-id`` header or ``session_id`` field); apply the model's reasoning mode (spec 000 "Reasoning
-    Modes") for that endpoint; filter the history for the route (spec 000 "The Message Preparation Filter");
-    then the provider's controls form and reasoning / reasoning_content table, as ``prepare_request`` does.
-    The endpoint's ``model`` name replaces the catalog id when it has one; ``provider`` and ``session_id`` are
-    removed for providers other than OpenRouter and PPQ.
-
-    Routing happens on the client's effort before any normalization, so an effort no endpoint accepts is
-    refused (spec 004; handed case PB-20) rather than moved to a nearby level.
-
-    Args:
-        body: the client's request body (UTF-8 JSON bytes).
-        catalog: the model catalog.
-        headers: request headers with lower-case names (for ``x-session-id``).
-        max_body_bytes: the body limit in bytes.
-
-    Raises:
-        ApiError: as ``prepare_request``; 400 ``invalid_request`` on ``model`` when it is not a string; 400
-            ``invalid_request`` on ``reasoning.effort`` when no endpoint accepts the effort; 503
-            ``provider_unavailable`` when strict matching leaves no endpoint; 400 ``unsupported_capability`` on
-            ``model`` when the chosen provider's wire API is not ``openai-chat`` (no adapter yet).
-    """
-    if len(body) > max_body_bytes:
-        raise payload_too_large(max_body_bytes, len(body))
-    data = codec.decode_object(body)
-    model_id = data.get("model")
-    if not isinstance(model_id, str):
-        raise ApiError(400, "invalid_request", "model must be a string naming a catalog model.", "model")
-    controls, changed = fold_controls(data)
-    model = catalog.model(model_id)
-    if model is None:
-        provider = catalog.providers[0]
-        decision = RouteDecision(provider, rules_for(provider))
-        route: Route | None = None
-    else:
-        routing = data.get("provider")
-        strict = isinstance(routing, dict) and routing.get("require_parameters") is True
-        eligible = eligible_endpoints(model, controls, require_parameters=strict)
-        endpoint = choose_endpoint(eligible, session_id(headers or {}, data))
-        if apply_reasoning_mode(data, controls, model, endpoint):
-            changed = True
-            controls, _ = fold_controls(data)
-        provider = catalog.provider(endpoint.provider) or catalog.providers[0]
-        rules = rules_for(provider)
-        decision = RouteDecision(provider, rules, model.id, endpoint.tag, tuple(e.tag for e in eligible))
-        route = Route(
-            "anthropic_compat"
-            if provider.wire_api == "anthropic-messages" and rules.name != "anthropic"
-            else rules.name,
-            reasoning=model.reasoning_mode != "none",
-            preserve=model.preserve_reasoning,
-        )
-        if endpoint.model is not None and endpoint.model != model_id:
-            data["model"] = endpoint.model
-            changed = True
-    if decision.provider.wire_api != "openai-chat":
-        raise ApiError(
-            400,
-            "unsupported_capability",
-            f'Provider "{decision.provider.name}" speaks {decision.provider.wire_api}, which numi_mw cannot '
-            "translate to yet; route this model to an openai-chat provider.",
-            "model",
-        )
-    rules = decision.rules
-    if rules.name not in ("openrouter", "ppq"):
-        for key in _ROUTING_FIELDS:
-            if key in data:
-                del data[key]
-                changed = True
-    if controls.present:
-        if encode_controls(data, controls, rules):
-            changed = True
-    elif (route is None or route.reasoning) and add_zai_thinking(data, rules):
-        changed = True
-    if "messages" in data:
-        if route is not None:
-            messages = data["messages"]
-            filtered = prepare_messages(messages, route)
-            if any(new is not old for new, old in zip(filtered, messages, strict=True)):
-                data["messages"] = filtered
-                changed = True
-        if normalize_messages(data["messages"], rules.reasoning_field):
-            changed = True
-        if len(body) > MIN_DETAIL_LIMIT:
-            check_detail_limits(data["messages"])
-    stream = data.get("stream") is True
-    prepared = PreparedRequest(codec.encode(data) if changed else body, changed, controls, stream)
-    return prepared, decision

@@ -1,30 +1,33 @@
-"""The response side of the core: upstream bytes in, client bytes out (DESIGN.md "response").
+"""The response side of the core: upstream bytes in, client bytes out, sans-I/O.
 
-``ResponseRewriter`` is sans-I/O: a shell feeds it the upstream body as it arrives and sends what it returns.
+A shell picks one rewriter per response with ``choose_rewriter`` (from the status, content type and content
+encoding), feeds it the upstream body as it arrives, and sends what it returns. Both rewriters share one
+interface: ``feed(bytes) -> bytes``, ``finish() -> bytes`` at the end of the body, ``fail(error) -> bytes`` when
+the body breaks off.
 
-- ``text/event-stream`` (2xx): events are decoded incrementally (``sse.SSEDecoder``, split at any byte) and
-  each chunk goes through ``chunks.ChunkNormalizer``; an event that needs no change leaves as its original
-  bytes, and comments and ``data: [DONE]`` pass through. Nothing is buffered beyond the current event.
-- ``application/json`` (2xx): the body is a buffered completion; it is collected and normalized by
+- ``SSERewriter`` (``text/event-stream``, 2xx): events are decoded incrementally (``sse.SSEDecoder``, split at
+  any byte) and each chunk goes through ``chunks.ChunkNormalizer``; an event that needs no change leaves as its
+  original bytes, and comments and ``data: [DONE]`` pass through. Nothing is buffered beyond the current event.
+- ``JSONRewriter`` (``application/json``, 2xx): a buffered completion, collected and normalized by
   ``completion.normalize_completion`` at the end.
-- Anything else (other media types, error statuses) passes through unchanged.
+- ``None``: anything else (other media types, error statuses, an encoding the shell does not decode) passes
+  through unchanged.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable, Collection
+from typing import Any
 
 import msgspec
 
 from numi_mw.core import codec
 from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
 from numi_mw.core.completion import normalize_completion
-from numi_mw.core.errors import ApiError
+from numi_mw.core.errors import CUT_SHORT, ApiError
 from numi_mw.core.providers import ProviderRules
-from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
 from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, finished, replace_data
-
-Mode = Literal["sse", "json", "pass"]
+from numi_mw.core.think import ThinkStart, ThinkTags
 
 
 class ResponseOptions(msgspec.Struct, frozen=True, gc=False):
@@ -56,16 +59,39 @@ def think_tags_for(
     return ThinkTags(start=start) if enabled else None
 
 
-def response_mode(status: int, content_type: str | None) -> Mode:
-    """How a response is handled: ``sse``, ``json`` or ``pass`` (unchanged)."""
+IDENTITY: frozenset[str] = frozenset(("identity", ""))
+"""The content encodings a body arrives in when the shell decodes none (``choose_rewriter``'s default)."""
+
+
+def choose_rewriter(
+    options: ResponseOptions,
+    status: int,
+    content_type: str | None,
+    content_encoding: str | None = None,
+    *,
+    decoded: Collection[str] = IDENTITY,
+) -> SSERewriter | JSONRewriter | None:
+    """The rewriter for one response, or ``None`` when it passes through unchanged.
+
+    Args:
+        options: what the response side does for the request (``ResponseOptions``).
+        status: the HTTP status; only 2xx answers are rewritten (an upstream's own error passes through).
+        content_type: the ``content-type`` header, or ``None``: ``text/event-stream`` gets an ``SSERewriter``,
+            ``application/json`` (or any ``+json``) a ``JSONRewriter``, any other type nothing.
+        content_encoding: the ``content-encoding`` header, or ``None`` (identity).
+        decoded: the encodings (lower case) the shell decodes before it feeds the rewriter; a body in any other
+            encoding cannot be read and passes through.
+    """
     if not 200 <= status < 300 or not content_type:
-        return "pass"
+        return None
+    if content_encoding is not None and content_encoding.strip().lower() not in decoded:
+        return None
     media = content_type.split(";", 1)[0].strip().lower()
     if media == "text/event-stream":
-        return "sse"
+        return SSERewriter(options)
     if media == "application/json" or media.endswith("+json"):
-        return "json"
-    return "pass"
+        return JSONRewriter(options)
+    return None
 
 
 _BACKSLASH = 0x5C
@@ -85,9 +111,7 @@ def may_hold_reasoning(data: bytes) -> bool:
 
 
 _decode = codec.decoder.decode
-
-CUT_SHORT = ApiError(502, "upstream_unavailable", "The stream ended inside an event; the answer is incomplete.")
-"""The error a stream that ends inside an unfinished, undecodable event reports (``ResponseRewriter.finish``)."""
+_encode = codec.encoder.encode
 
 
 def _cut_short(event: SSEEvent) -> bool:
@@ -99,52 +123,30 @@ def _cut_short(event: SSEEvent) -> bool:
     return data != b"[DONE]" and codec.decode_lenient(data) is codec.UNDECODABLE
 
 
-_NO_DECODER = SSEDecoder()
-_NO_NORMALIZER = ChunkNormalizer()
-"""Placeholders for the ``json`` and ``pass`` modes, which never use them (saves building them per response)."""
-
-
-class ResponseRewriter:
-    """Rewrite one response body; one instance per response.
+class SSERewriter:
+    """Rewrite one SSE response body, event by event (spec 004 "Streaming"); one instance per response.
 
     Args:
-        options: what to do (``response_options``).
-        mode: ``response_mode`` of the response.
+        options: what to do (``ResponseOptions``).
 
-    ``feed(bytes) -> bytes`` returns what to send now; ``finish() -> bytes`` what to send at the end of the body.
-    In ``json`` mode everything is returned by ``finish`` (shells then set ``content-length``); in ``sse`` mode
-    the body has no fixed length any more.
+    ``feed(bytes) -> bytes`` returns what to send now, ``finish() -> bytes`` what to send at the end of the body,
+    ``fail(error) -> bytes`` what to send when it breaks off. The body has no fixed length any more.
     """
 
-    __slots__ = ("_buffer", "_decoder", "_done", "_normalizer", "_prefilter", "mode", "options")
+    __slots__ = ("_decoder", "_done", "_normalizer", "_prefilter", "options")
 
-    def __init__(self, options: ResponseOptions, mode: Mode) -> None:
+    def __init__(self, options: ResponseOptions) -> None:
         self.options = options
-        self.mode = mode
-        self._buffer: list[bytes] = []
-        sse = mode == "sse"
-        self._decoder = SSEDecoder() if sse else _NO_DECODER
-        self._normalizer = ChunkNormalizer(exclude=options.exclude, think=options.think) if sse else _NO_NORMALIZER
+        self._decoder = SSEDecoder()
+        self._normalizer = ChunkNormalizer(exclude=options.exclude, think=options.think)
         self._done = False
         self._prefilter = options.think is None  # with think splitting every chunk's content is read
 
-    @property
-    def changes_length(self) -> bool:
-        """Whether the body may differ from the upstream's (drop or recompute ``content-length``)."""
-        return self.mode != "pass"
-
     def feed(self, chunk: bytes) -> bytes:
         """Take the next bytes of the upstream body; return the bytes to send now."""
-        mode = self.mode
-        if mode == "sse":
-            data = self._decoder.single_data(chunk)
-            if data is not None:
-                return self._data(chunk, data, None, None)
-        elif mode == "pass":
-            return chunk
-        else:
-            self._buffer.append(chunk)
-            return b""
+        data = self._decoder.single_data(chunk)
+        if data is not None:
+            return self._data(chunk, data, None, None)
         events = self._decoder.feed(chunk)
         if len(events) == 1:
             return self._event(events[0])
@@ -153,15 +155,11 @@ class ResponseRewriter:
     def finish(self) -> bytes:
         """End of the upstream body; return the last bytes to send.
 
-        In ``sse`` mode a stream that ends inside a line that is not a ``data`` line, or inside an event whose data
-        is not whole JSON (a close-delimited upstream that broke off: nothing else tells it from a normal end),
-        is treated as ``fail`` with ``CUT_SHORT``; before ``[DONE]`` only. Any other unfinished last event is
-        finished with the line ends it lacks (``sse.finished``) and sent like any other.
+        A stream that ends inside a line that is not a ``data`` line, or inside an event whose data is not whole
+        JSON (a close-delimited upstream that broke off: nothing else tells it from a normal end), is treated as
+        ``fail`` with ``errors.CUT_SHORT``; before ``[DONE]`` only. Any other unfinished last event is finished
+        with the line ends it lacks (``sse.finished``) and sent like any other.
         """
-        if self.mode == "pass":
-            return b""
-        if self.mode == "json":
-            return self.completion(b"".join(self._buffer))
         events, rest = self._decoder.end()
         out = [self._event(event) for event in events]
         if rest is not None:
@@ -179,14 +177,13 @@ class ResponseRewriter:
     def fail(self, error: ApiError) -> bytes:
         """The upstream body broke off (the shell's read failed); return the last bytes to send.
 
-        In ``sse`` mode: the events the stream completed, text a think splitter still held, then one event whose
-        data is ``error``'s OpenAI-style body (``{"error": {...}}``), which is how OpenAI and OpenRouter report
-        an error after a stream started; the openai SDK raises ``APIError`` on it instead of ending as if the
-        answer were complete. The bytes of an unfinished event are dropped (they never made an event). After
-        ``[DONE]`` the answer was whole: nothing is added. In the other modes ``b""``: a shell sends a ``json``
-        body only once it is whole, and ``pass`` bytes are not ours to add to.
+        The events the stream completed, text a think splitter still held, then one event whose data is
+        ``error``'s OpenAI-style body (``{"error": {...}}``), which is how OpenAI and OpenRouter report an error
+        after a stream started; the openai SDK raises ``APIError`` on it instead of ending as if the answer were
+        complete. The bytes of an unfinished event are dropped (they never made an event). After ``[DONE]`` the
+        answer was whole: nothing is added.
         """
-        if self.mode != "sse" or self._done:
+        if self._done:
             return b""
         events, rest = self._decoder.end()
         if rest is not None and rest.data == b"[DONE]":  # only its blank line was missing: the answer was whole
@@ -210,44 +207,74 @@ class ResponseRewriter:
         return self._data(event.raw, data, event.event, event.id)
 
     def _data(self, raw: bytes, data: bytes, event: str | None, id: str | None) -> bytes:
-        """The bytes to send for one event with ``data``, whose original bytes are ``raw``."""
+        """The bytes to send for one event with ``data``, whose original bytes are ``raw``.
+
+        Data msgspec refuses but the standard library reads (a lone UTF-16 surrogate, ``NaN`` or ``-Infinity``)
+        is normalized too and written back with those as they came (``codec.decode_fallback``); anything else
+        that is not JSON leaves as it came.
+        """
         if data == b"[DONE]":
             return self._closing_chunks() + raw
         if self._prefilter and not may_hold_reasoning(data):
             return raw
+        encode: Callable[[Any], bytes] = _encode
         try:  # msgspec directly, not codec.decode_lenient: this runs once per event
             value = _decode(data)
         except (msgspec.DecodeError, RecursionError):
-            return self._lenient(raw, data, event, id)
-        chunks = self._normalizer.chunk(value)
+            value = codec.decode_fallback(data)
+            if value is codec.UNDECODABLE:
+                return raw
+            encode = codec.encode_fallback
+        chunks = self._normalizer.normalize(value)
         if chunks is UNCHANGED:
             return raw
         one_line = len(raw) - len(data) <= _ONE_DATA_LINE  # the event is one data line and its blank line
         try:
             if one_line and len(chunks) == 1:
-                return b"data: " + codec.encode(chunks[0]) + b"\n\n"
-            encoded = [codec.encode(chunk) for chunk in chunks]
+                return b"data: " + encode(chunks[0]) + b"\n\n"
+            encoded = [encode(chunk) for chunk in chunks]
         except UnicodeEncodeError:  # text a think splitter held from an event only the fallback could read
             encoded = [codec.encode_lenient(chunk) for chunk in chunks]
         return _frame(raw, one_line, event, id, encoded)
 
-    def _lenient(self, raw: bytes, data: bytes, event: str | None, id: str | None) -> bytes:
-        """``_data`` for data msgspec refused: what the standard library reads (a lone UTF-16 surrogate, ``NaN``
-        or ``-Infinity``) is normalized and written back with those as they came; anything else leaves as it
-        came (``codec.decode_fallback``, ``codec.encode_fallback``)."""
-        value = codec.decode_fallback(data)
-        if value is codec.UNDECODABLE:
-            return raw
-        chunks = self._normalizer.chunk(value)
-        if chunks is UNCHANGED:
-            return raw
-        one_line = len(raw) - len(data) <= _ONE_DATA_LINE
-        return _frame(raw, one_line, event, id, [codec.encode_fallback(chunk) for chunk in chunks])
 
-    def completion(self, body: bytes) -> bytes:
-        """The client's bytes for a whole buffered (``json`` mode) response ``body``
-        (``normalize_completion_body``)."""
-        return normalize_completion_body(body, self.options)
+class JSONRewriter:
+    """Rewrite one buffered chat completion body (spec 004 "Response fields"); one instance per response.
+
+    Args:
+        options: what to do (``ResponseOptions``).
+
+    ``feed`` collects the body and returns ``b""``; ``finish`` returns the whole body to send (the very bytes
+    object received when it came in one piece and nothing changed; ``changed`` then says which), after which
+    a shell sets ``content-length``. ``fail`` returns ``b""``: a body that broke off is never sent.
+
+    Attributes:
+        changed: whether ``finish`` returned a body that differs from the upstream's.
+    """
+
+    __slots__ = ("_parts", "changed", "options")
+
+    def __init__(self, options: ResponseOptions) -> None:
+        self.options = options
+        self._parts: list[bytes] = []
+        self.changed = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take the next bytes of the upstream body; nothing is sent before the end."""
+        self._parts.append(chunk)
+        return b""
+
+    def finish(self) -> bytes:
+        """End of the upstream body; return the whole body to send (``normalize_completion_body``)."""
+        parts = self._parts
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        out = normalize_completion_body(body, self.options)
+        self.changed = out is not body
+        return out
+
+    def fail(self, error: ApiError) -> bytes:
+        """The upstream body broke off: nothing to send (the shell answers with ``error`` instead)."""
+        return b""
 
 
 def _frame(raw: bytes, one_line: bool, event: str | None, id: str | None, encoded: list[bytes]) -> bytes:

@@ -1,72 +1,186 @@
-"""Routing: which endpoints of a model may serve a request, which one does, and the model's reasoning mode.
+"""Routing: the one step that yields a request's route, before the request pipeline runs for it.
 
-Spec 004 "Routing requirements" (every rule), spec 000 "Reasoning Modes", and session stickiness (issue 4).
+For a single upstream (``fixed_route``) the route is fixed by configuration. Through a catalog
+(``route_request``) it is chosen per request: the model's eligible endpoints (spec 004 "Routing
+requirements", default and strict), one of them by session (rendezvous hashing on the session id), and the
+model's reasoning mode (spec 000 "Reasoning Modes"). The rules, tabled, are in ``docs/catalog.md``.
 
-Default routing (``require_parameters`` false) forwards reasoning controls as hints and narrows on one fact only,
-the effort:
-
-=====================================  ==========================================================================
-You send                               The endpoint is eligible when
-=====================================  ==========================================================================
-an effort other than ``none``          it lists that effort in ``supported_efforts``, or publishes no
-                                       ``supported_efforts`` (no reasoning object, or one without the list)
-``effort: "none"``                     it lists ``none``, publishes no ``supported_efforts``, or has
-                                       ``mandatory: false``
-anything else                          always (missing facts never exclude)
-=====================================  ==========================================================================
-
-When no endpoint accepts the effort: 400 ``invalid_request`` on ``reasoning.effort``, listing the accepted
-efforts. ``enabled: false`` is not an effort and does not narrow default routing; an effort sent beside it is
-not routed on either (reasoning is off whatever the effort).
-
-Strict routing (``provider.require_parameters: true``): every applicable row of spec 004's table must hold, and
-a fact the endpoint does not publish counts as not declared:
-
-=========================================================  ======================================================
-You send                                                   The endpoint must declare
-=========================================================  ======================================================
-any reasoning control that does not disable reasoning      ``reasoning`` in ``supported_parameters``
-(``controls.present and not controls.off``: ``exclude``
-or ``include_reasoning`` alone count)
-an effort other than ``none``                              that level in ``supported_efforts``, or no reasoning
-                                                           object at all (the effort then goes as a hint); a
-                                                           reasoning object without ``supported_efforts``
-                                                           accepts no effort
-``effort: "none"`` or ``enabled: false``                   a reasoning object with ``none`` in
-                                                           ``supported_efforts`` or ``mandatory: false``
-``reasoning.max_tokens``                                   a reasoning object with ``supports_max_tokens: true``
-=========================================================  ======================================================
-
-When nothing qualifies: 400 ``invalid_request`` on ``reasoning.effort`` when *the effort alone rules out every
-endpoint*, read here as: the request has an effort and every endpoint fails the effort row (the named-effort row,
-or for ``effort: "none"`` the none row); then no change but the effort can succeed, and the 400 names the
-accepted efforts, as in default routing. Otherwise 503 ``provider_unavailable`` (``param`` null), naming what
-each endpoint lacks. ``enabled: false`` without ``effort: "none"`` is not an effort: its failures give 503.
+A ``Route`` carries what the rest of the pipeline needs: the provider rules, the wire API, where to send the
+request, and the facts spec 000's message preparation filter reads (reasoning support, preservation).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from numi_mw.core.catalog import Endpoint, Model
+from numi_mw.core.catalog import Catalog, Endpoint, Model, Provider, ReasoningCapabilities, WireApi
 from numi_mw.core.controls import ReasoningControls
-from numi_mw.core.errors import ApiError, invalid_request
-from numi_mw.core.history import Route, prepare_messages
+from numi_mw.core.errors import ApiError, invalid_request, provider_unavailable, unsupported_capability
+from numi_mw.core.fields import CONTROL_FIELDS, drop, splice
+from numi_mw.core.history import prepare_messages
+from numi_mw.core.providers import PROVIDERS, ProviderRules, Replay
+
+WIRE_API_REPLAY: dict[WireApi, Replay] = {"anthropic-messages": "text"}
+"""Spec 000's filter row for routes whose wire API converts the history itself, whatever the provider's own row:
+an Anthropic Messages route keeps reasoning text "for conversion to thinking blocks" and removes details (the
+table's ``anthropic_compat`` provider)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a request goes, and what the request pipeline and the response side need to know of it.
+
+    Attributes:
+        rules: the provider rules applied to the request and to its response.
+        wire_api: the upstream's wire API (``openai-chat``, ``openai-responses``, ``anthropic-messages``).
+        provider: the configured upstream the request goes to (base URL, key variable), or ``None`` where the
+            caller sends the request itself (``ReasoningMiddleware``, ``prepare_request`` with bare rules).
+        reasoning: the model supports reasoning (a catalog model's ``reasoning_mode`` is not ``none``).
+        preserve: preservation is on (a catalog model's ``preserve_reasoning``; on by default for a single
+            upstream).
+        model: the catalog model id, or ``None`` for a single upstream or a model the catalog does not list.
+        endpoint: the chosen endpoint's tag, or ``None`` without a catalog model.
+        eligible: the tags of every eligible endpoint, in catalog order.
+    """
+
+    rules: ProviderRules
+    wire_api: WireApi = "openai-chat"
+    provider: Provider | None = None
+    reasoning: bool = True
+    preserve: bool = True
+    model: str | None = None
+    endpoint: str | None = None
+    eligible: tuple[str, ...] = ()
+
+    @property
+    def replay(self) -> Replay:
+        """The route's row of spec 000's message preparation filter: its wire API's, else its provider's."""
+        return WIRE_API_REPLAY.get(self.wire_api, self.rules.replay)
+
+    def describe(self) -> dict[str, Any]:
+        """The route as JSON-ready data (``numi-mw request --catalog`` prints it)."""
+        return {
+            "model": self.model,
+            "endpoint": self.endpoint,
+            "eligible": list(self.eligible),
+            "provider": self.provider.name if self.provider is not None else self.rules.name,
+            "base_url": self.provider.base_url if self.provider is not None else None,
+            "wire_api": self.wire_api,
+            "rules": self.rules.name,
+        }
+
+
+def rules_for(provider: Provider) -> ProviderRules:
+    """The rules of a configured upstream: its ``rules`` key, else its name when known, else ``generic``."""
+    return PROVIDERS.get(provider.rules or provider.name, PROVIDERS["generic"])
+
+
+def fixed_route(provider: Provider | ProviderRules, *, preserve: bool = True) -> Route:
+    """The route of every request to one upstream (the sidecar with ``--upstream``, the middleware): its rules
+    (``rules_for``), its wire API, preservation as configured (spec 000's filter then applies with it)."""
+    if isinstance(provider, ProviderRules):
+        return Route(provider, preserve=preserve)
+    return Route(rules_for(provider), provider.wire_api, provider, preserve=preserve)
+
+
+ROUTING_FIELDS = ("provider", "session_id")
+"""Request fields that steer routing; forwarded to providers whose rules read them (``routing_fields``)."""
+
+
+def route_request(
+    data: dict[str, Any], controls: ReasoningControls, catalog: Catalog, headers: Mapping[str, str]
+) -> tuple[Route, bool]:
+    """Choose the route of a decoded request through ``catalog``, in place.
+
+    The order: find the model (a model the catalog does not list goes to the first provider, with that
+    provider's rules and preservation on); choose the eligible endpoints (spec 004 "Routing requirements",
+    strict with ``provider.require_parameters: true``); pick one, sticky per session id (``x-session-id`` header
+    or ``session_id`` field); apply the model's reasoning mode for that endpoint (spec 000 "Reasoning Modes").
+    The endpoint's ``model`` name replaces the catalog id when it has one; ``provider`` and ``session_id`` are
+    removed for providers whose rules do not read them.
+
+    Routing runs on the client's effort before any normalization, so an effort no endpoint accepts is refused
+    (spec 004 "Routing requirements") rather than moved to a nearby level.
+
+    Args:
+        data: the decoded request body, controls folded (``controls.fold_controls``).
+        controls: its reasoning controls.
+        catalog: the model catalog.
+        headers: request headers with lower-case names (for ``x-session-id``).
+
+    Returns:
+        ``(route, changed)``: the route, and whether ``data`` changed (fold the controls again when it did).
+
+    Raises:
+        ApiError: 400 ``invalid_request`` on ``model`` when it is not a string; 400 ``invalid_request`` on
+            ``reasoning.effort`` when no endpoint accepts the effort; 503 ``provider_unavailable`` when strict
+            matching leaves no endpoint.
+    """
+    model_id = data.get("model")
+    if not isinstance(model_id, str):
+        raise invalid_request("model must be a string naming a catalog model.", "model")
+    model = catalog.model(model_id)
+    changed = False
+    if model is None:
+        route = fixed_route(catalog.providers[0])
+    else:
+        routing = data.get("provider")
+        strict = isinstance(routing, dict) and routing.get("require_parameters") is True
+        eligible = eligible_endpoints(model, controls, require_parameters=strict)
+        endpoint = choose_endpoint(eligible, session_id(headers, data))
+        changed = apply_reasoning_mode(data, controls, model, endpoint)
+        provider = catalog.provider(endpoint.provider) or catalog.providers[0]
+        route = Route(
+            rules_for(provider),
+            provider.wire_api,
+            provider,
+            reasoning=model.reasoning_mode != "none",
+            preserve=model.preserve_reasoning,
+            model=model.id,
+            endpoint=endpoint.tag,
+            eligible=tuple(e.tag for e in eligible),
+        )
+        if endpoint.model is not None and endpoint.model != model_id:
+            data["model"] = endpoint.model
+            changed = True
+    if not route.rules.routing_fields and drop(data, ROUTING_FIELDS):
+        changed = True
+    return route, changed
+
+
+def check_wire_api(route: Route) -> None:
+    """Refuse a route whose wire API numi_mw cannot translate to.
+
+    Raises:
+        ApiError: 400 ``unsupported_capability`` on ``model`` for a wire API other than ``openai-chat``.
+    """
+    if route.wire_api != "openai-chat":
+        name = route.provider.name if route.provider is not None else route.rules.name
+        raise unsupported_capability(
+            f'Provider "{name}" speaks {route.wire_api}, which numi_mw cannot translate to yet; route this model '
+            "to an openai-chat provider.",
+            "model",
+        )
+
 
 EFFORT_SCALE: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 """The ordered effort scale used to normalize an effort (spec 004 "reasoning": the common values)."""
-
-_CONTROL_FIELDS = ("reasoning", "reasoning_effort", "include_reasoning")
 
 
 def _quote(value: object) -> str:
     return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
-def _named_effort(controls: ReasoningControls) -> bool:
-    return controls.effort is not None and controls.effort != "none"
+def _declares_off(reasoning: ReasoningCapabilities | None) -> bool:
+    """Whether a published reasoning object says reasoning can be turned off: ``none`` in ``supported_efforts``
+    or ``mandatory: false`` (spec 004 "Routing requirements")."""
+    if reasoning is None:
+        return False
+    levels = reasoning.supported_efforts
+    return reasoning.mandatory is False or (levels is not None and "none" in levels)
 
 
 def _effort_failure(endpoint: Endpoint, effort: object, strict: bool) -> str | None:
@@ -74,7 +188,7 @@ def _effort_failure(endpoint: Endpoint, effort: object, strict: bool) -> str | N
     reasoning = endpoint.reasoning
     levels = reasoning.supported_efforts if reasoning is not None else None
     if effort == "none":
-        if reasoning is not None and (reasoning.mandatory is False or (levels is not None and "none" in levels)):
+        if _declares_off(reasoning):
             return None
         if not strict and levels is None:
             return None
@@ -92,10 +206,8 @@ def _strict_failures(endpoint: Endpoint, controls: ReasoningControls, max_tokens
     reasoning = endpoint.reasoning
     if controls.present and not controls.off and "reasoning" not in (endpoint.supported_parameters or ()):
         failures.append('"reasoning" in supported_parameters')
-    if controls.enabled is False and controls.effort != "none":
-        levels = reasoning.supported_efforts if reasoning is not None else None
-        if reasoning is None or not (reasoning.mandatory is False or (levels is not None and "none" in levels)):
-            failures.append('"none" in supported_efforts or mandatory: false (for enabled: false)')
+    if controls.enabled is False and controls.effort != "none" and not _declares_off(reasoning):
+        failures.append('"none" in supported_efforts or mandatory: false (for enabled: false)')
     if (controls.max_tokens is not None or max_tokens_requested) and (
         reasoning is None or reasoning.supports_max_tokens is not True
     ):
@@ -141,7 +253,7 @@ def eligible_endpoints(
 ) -> list[Endpoint]:
     """The endpoints of ``model`` that may serve a request with ``controls``, in catalog order.
 
-    Implements spec 004 "Routing requirements" as tabled in this module's docstring (default and strict).
+    Implements spec 004 "Routing requirements", default and strict (tabled in ``docs/catalog.md``).
 
     Args:
         model: the catalog model the request names.
@@ -162,10 +274,8 @@ def eligible_endpoints(
             endpoint.
     """
     if not model.endpoints:
-        raise ApiError(
-            503,
-            "provider_unavailable",
-            f'Model "{model.id}" has no endpoint; add one to the catalog or choose another model.',
+        raise provider_unavailable(
+            f'Model "{model.id}" has no endpoint; add one to the catalog or choose another model.'
         )
     # enabled: false turns reasoning off whatever effort came with it (no effort goes upstream then): the
     # effort rows do not apply, and the strict row for enabled: false does
@@ -190,9 +300,7 @@ def eligible_endpoints(
         return eligible
     if effort is not None and effort_failures == len(model.endpoints):
         raise _effort_error(model, effort)
-    raise ApiError(
-        503,
-        "provider_unavailable",
+    raise provider_unavailable(
         f'No endpoint of model "{model.id}" declares the requested reasoning controls ({"; ".join(reasons)}); '
         "remove those controls or set provider.require_parameters to false.",
     )
@@ -242,8 +350,8 @@ def apply_reasoning_mode(
       (``normalize_effort``). With ``endpoint``, the levels are that endpoint's ``supported_efforts``; without,
       the model's (``model_efforts``), which is how a caller normalizes *before* routing. Routing rejects an
       effort no endpoint lists, so normalizing after routing never changes an effort routing accepted: call
-      this before ``eligible_endpoints`` (endpoint ``None``) to normalize, after it to keep spec 004's 400
-      (handed case PB-20). No published levels: unchanged.
+      this before ``eligible_endpoints`` (endpoint ``None``) to normalize, after it to keep spec 004's 400.
+      No published levels: unchanged.
     - ``enabled``: ``reasoning.effort`` (and ``reasoning.enabled``) become one ``enabled``: ``false`` when
       reasoning is off (``controls.off``), else ``true``; ``exclude``, ``max_tokens`` and unknown keys stay.
     - ``native``: unchanged; the provider receives the controls as sent.
@@ -281,28 +389,17 @@ def apply_reasoning_mode(
 def _effort_to_enabled(body: dict[str, Any], reasoning: dict[str, Any], controls: ReasoningControls) -> bool:
     if reasoning.get("effort") is None:
         return False
-    items: list[tuple[str, Any]] = []
-    placed = False
-    for key, value in reasoning.items():
-        if key in ("effort", "enabled"):
-            if not placed:
-                items.append(("enabled", not controls.off))
-                placed = True
-            continue
-        items.append((key, value))
-    body["reasoning"] = dict(items)
+    reasoning = dict(reasoning)
+    splice(reasoning, ("effort", "enabled"), {"enabled": not controls.off})
+    body["reasoning"] = reasoning
     return True
 
 
 def _strip_reasoning(body: dict[str, Any]) -> bool:
-    changed = False
-    for key in _CONTROL_FIELDS:
-        if key in body:
-            del body[key]
-            changed = True
+    changed = drop(body, CONTROL_FIELDS)
     messages = body.get("messages")
     if isinstance(messages, list):
-        prepared = prepare_messages(messages, Route("generic", reasoning=False))
+        prepared = prepare_messages(messages, "none", reasoning=False)
         if any(new is not old for new, old in zip(prepared, messages, strict=True)):
             body["messages"] = prepared
             changed = True
@@ -315,7 +412,7 @@ def _weight(session_id: str, tag: str) -> int:
 
 
 def choose_endpoint(endpoints: Sequence[Endpoint], session_id: str | None) -> Endpoint:
-    """The endpoint that serves the request, among the eligible ones (issue 4 "Sessions").
+    """The endpoint that serves the request, among the eligible ones (sessions: ``docs/catalog.md``).
 
     With a session id: rendezvous (highest random weight) hashing, the weight of an endpoint being
     ``blake2b(session_id + "\\0" + tag)`` (8 bytes, big-endian); the highest weight wins, ties (practically
@@ -340,7 +437,7 @@ def choose_endpoint(endpoints: Sequence[Endpoint], session_id: str | None) -> En
 
 
 def session_id(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
-    """The request's session id (issue 4 "Sessions"): the ``x-session-id`` header, else a ``session_id``
+    """The request's session id: the ``x-session-id`` header, else a ``session_id``
     string in the body; ``None`` when neither is a non-empty string.
 
     ``headers`` is expected with lower-cased names (as ASGI gives them); other spellings are found by a

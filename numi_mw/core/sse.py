@@ -1,4 +1,4 @@
-"""Incremental Server-Sent Events decoder and encoder on bytes, sans-I/O (DESIGN.md "Decisions" 1 and 3).
+"""Incremental Server-Sent Events decoder and encoder on bytes, sans-I/O (``docs/architecture.md``).
 
 ``SSEDecoder.feed(chunk)`` takes the bytes of a response body as they arrive, split at any byte position
 (inside a UTF-8 character, between the ``\\r`` and ``\\n`` of a line end, inside a field name), and returns the
@@ -337,7 +337,7 @@ def replace_data(raw: bytes, data: bytes) -> bytes:
     Comments, ``event``, ``id``, ``retry`` and unknown field lines keep their bytes, line ends and places; the
     new ``data: `` lines (``\n`` line ends, as ``encode_event`` writes them) stand where the first old ``data``
     line stood, and the event's blank line ends it as before. A stream's leading UTF-8 BOM is dropped when it
-    opens a replaced line. This is how a rewritten event loses none of its other lines (DESIGN.md decision 4).
+    opens a replaced line. This is how a rewritten event loses none of its other lines.
 
     Args:
         raw: one event's original bytes (``SSEEvent.raw``), with at least one ``data`` line.

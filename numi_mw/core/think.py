@@ -1,16 +1,16 @@
 """Incremental splitter of reasoning tags (``<think>...</think>`` and kin) inside content text.
 
 Some models and servers stream their reasoning inside the answer text, wrapped in tags, instead of a separate
-reasoning field (``think-tags/`` fixtures: DeepSeek-R1 on Groq and Together, Kimi K2 on Bedrock). DESIGN.md
-(``think``) asks for an incremental splitter: ``ThinkSplitter.feed(text)`` takes the content text as it streams,
-split at any character, and returns ``("reasoning", text)`` and ``("content", text)`` pieces; ``flush()`` ends
-the stream. The shells then send the reasoning pieces in the spec 004 "Streaming" shape.
+reasoning field (DeepSeek-R1 on Groq and Together, Kimi K2 on Bedrock). ``ThinkSplitter.feed(text)`` takes
+the content text as it streams, split at any character, and returns ``("reasoning", text)`` and
+``("content", text)`` pieces; ``flush()`` ends the stream. The shells then send the reasoning pieces in the
+spec 004 "Streaming" shape.
 
 Rules:
 
 - An opening tag switches to reasoning; the closing tag of the same family switches back to content. Tags never
   appear in the output. Inside reasoning only that closing tag is special (an opening tag there is text). In
-  content a stray closing tag is dropped (content never carries a tag, issue "Responses and streams").
+  content a stray closing tag is dropped (content never carries a tag).
 - Opening tags after visible prose are still tags: ``"Sure. <think>x</think>Done"`` gives content ``"Sure. "``,
   reasoning ``"x"``, content ``"Done"``.
 - Text is never stripped: the ``"\\n\\n"`` usually following ``</think>`` stays in the content.
@@ -29,9 +29,10 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["DEFAULT_LOOKAHEAD_CHARS", "TAG_FAMILIES", "Piece", "ThinkSplitter"]
+__all__ = ["DEFAULT_LOOKAHEAD_CHARS", "TAG_FAMILIES", "Piece", "ThinkSplitter", "ThinkStart", "ThinkTags"]
 
 TAG_FAMILIES: tuple[tuple[str, str], ...] = (
     ("<think>", "</think>"),
@@ -259,3 +260,53 @@ class ThinkSplitter:
             if text[n - k :] in prefixes:
                 return k
         return 0
+
+
+ThinkStart = Literal["content", "reasoning", "auto"]
+THINK_STARTS: tuple[ThinkStart, ...] = ("content", "reasoning", "auto")
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkTags:
+    """How reasoning tags inside ``content`` are split out (spec 000 "Provider-Specific Handling": "Local Chat
+    Completions endpoints can return reasoning fields or <think>...</think> text").
+
+    Attributes:
+        families: (opening tag, closing tag) pairs; default ``TAG_FAMILIES``.
+        start: where a stream starts: ``content`` (a tag opens reasoning; a stray closing tag is dropped),
+            ``reasoning`` (the chat template opened the tag in the prompt: text is reasoning until a closing
+            tag), or ``auto`` (leading text is held back, up to ``lookahead_chars`` characters, until the first
+            tag decides). Buffered bodies are always split as ``auto`` with no bound: the whole text is known.
+        lookahead_chars: the ``auto`` bound in characters.
+
+    Raises:
+        ValueError: ``start`` is not one of ``THINK_STARTS``, or ``lookahead_chars`` is negative.
+    """
+
+    families: tuple[tuple[str, str], ...] = TAG_FAMILIES
+    start: ThinkStart = "content"
+    lookahead_chars: int = DEFAULT_LOOKAHEAD_CHARS
+
+    def __post_init__(self) -> None:
+        if self.start not in THINK_STARTS:
+            raise ValueError(f"think start {self.start!r} is not one of: {', '.join(THINK_STARTS)}")
+        if self.lookahead_chars < 0:
+            raise ValueError("lookahead_chars must be >= 0")
+
+    def splitter(self) -> ThinkSplitter:
+        """A new splitter for one stream's choice."""
+        return ThinkSplitter(
+            self.families,
+            start_in_reasoning=self.start == "reasoning",
+            lookahead_chars=self.lookahead_chars if self.start == "auto" else 0,
+        )
+
+    def split_all(self, text: str) -> tuple[str, str]:
+        """Split a whole buffered ``content`` into ``(reasoning, content)``."""
+        splitter = ThinkSplitter(
+            self.families, start_in_reasoning=self.start == "reasoning", lookahead_chars=len(text) + 1
+        )
+        pieces = splitter.feed(text) + splitter.flush()
+        reasoning = "".join(t for kind, t in pieces if kind == "reasoning")
+        content = "".join(t for kind, t in pieces if kind == "content")
+        return reasoning, content

@@ -2,9 +2,13 @@
 
 The sidecar's ``/v1`` stands for the upstream base URL (which may carry a path, e.g.
 ``https://openrouter.ai/api/v1``): ``/v1/chat/completions`` reaches ``<base>/chat/completions``. Chat
-completions requests are normalized (``numi_mw.core.request``) and their successful responses too
-(``numi_mw.core.response``: SSE event by event, JSON bodies whole); every other method and path, and upstream
-errors, are forwarded as is. Streams go back event by event as they arrive, never buffered.
+completions requests are prepared by ``numi_mw.core.request`` and their successful responses go through the
+rewriter ``numi_mw.core.response.choose_rewriter`` picks (SSE event by event, JSON bodies whole); every other
+method and path, and upstream errors, are forwarded as is. Streams go back event by event as they arrive, never
+buffered. ``docs/sidecar.md`` has the details.
+
+Each request takes three steps: build the upstream request (``_Sidecar.outgoing``), send it under the one
+mapping of httpx errors to API errors (``upstream_failure``), and answer (``_Sidecar.answer``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote_to_bytes
 
 import httpx
@@ -22,23 +26,17 @@ from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route as StarletteRoute
 
-from numi_mw.asgi import HOP_BY_HOP, connection_tokens, without_headers
+from numi_mw.asgi import HOP_BY_HOP, connection_tokens, read_body, with_length, without_headers
 from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_listing
 from numi_mw.core.codec import encode
-from numi_mw.core.errors import ApiError, payload_too_large
-from numi_mw.core.providers import ProviderRules, get_provider, infer_provider
-from numi_mw.core.reasoning_text import ThinkStart, ThinkTags
-from numi_mw.core.request import (
-    DEFAULT_MAX_BODY_BYTES,
-    PreparedRequest,
-    is_chat_completions,
-    prepare_request,
-    prepare_routed_request,
-    rules_for,
-)
-from numi_mw.core.response import ResponseOptions, ResponseRewriter, response_mode, think_tags_for
+from numi_mw.core.errors import ApiError, bad_path, model_not_found, upstream_timeout, upstream_unavailable
+from numi_mw.core.providers import infer_provider, provider_rules
+from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
+from numi_mw.core.response import JSONRewriter, ResponseOptions, SSERewriter, choose_rewriter, think_tags_for
+from numi_mw.core.routing import Route, fixed_route
+from numi_mw.core.think import ThinkStart, ThinkTags
 
 log = logging.getLogger("numi_mw.proxy")
 
@@ -51,23 +49,46 @@ connection, up to the read timeout, and then fail with 504); up to 100 idle ones
 
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
-_DROP_REWRITTEN = HOP_BY_HOP | {b"content-length", b"content-encoding"}
-_DECODABLE = frozenset(("identity", "gzip", "deflate", "x-gzip", ""))
+_DROP_REWRITTEN = HOP_BY_HOP | {b"content-encoding"}
+DECODED = frozenset(("identity", "gzip", "deflate", "x-gzip", ""))
 """Content encodings httpx decodes without optional packages; a response in another one is not rewritten."""
+
+Stage = Literal["send", "body", "stream"]
+
+_FAILURES: dict[Stage, tuple[str, str, str]] = {
+    "send": (
+        "The upstream did not answer in time; try again later.",
+        "The upstream could not be reached; try again later.",
+        "The upstream could not be reached; try again later.",
+    ),
+    "body": (
+        "The upstream did not finish its answer in time; try again.",
+        "The upstream response ended early or could not be decoded.",
+        "The upstream response ended early or could not be decoded.",
+    ),
+    "stream": (
+        "The upstream stopped sending the stream in time; the answer is incomplete.",
+        "The upstream stream could not be decoded; the answer is incomplete.",
+        "The upstream stream ended early; the answer is incomplete.",
+    ),
+}
+"""The message for an httpx error at each stage (sending the request, reading a buffered body, relaying a
+stream): for a timeout, a body that cannot be decoded, anything else."""
+
+
+def upstream_failure(exc: httpx.RequestError, stage: Stage) -> ApiError:
+    """The one mapping of an httpx error to the API error the client receives (``docs/errors.md``): 504
+    ``upstream_timeout`` for a timeout, else 502 ``upstream_unavailable``. Logged once, as a warning, by stage
+    and kind (never the body or the error's text, which can quote upstream bytes)."""
+    timeout, undecodable, other = _FAILURES[stage]
+    log.warning("upstream %s failed: %s", stage, type(exc).__name__)
+    if isinstance(exc, httpx.TimeoutException):
+        return upstream_timeout(timeout)
+    return upstream_unavailable(undecodable if isinstance(exc, httpx.DecodingError) else other)
 
 
 def _error_response(error: ApiError) -> Response:
     return Response(error.to_bytes(), status_code=error.status, media_type="application/json")
-
-
-def _upstream_failure(status: int, message: str) -> ApiError:
-    """502 ``upstream_unavailable`` or 504 ``upstream_timeout`` (DESIGN.md error table)."""
-    return ApiError(status, "upstream_timeout" if status == 504 else "upstream_unavailable", message)
-
-
-def _upstream_error(status: int, message: str) -> Response:
-    """The response for ``_upstream_failure``."""
-    return _error_response(_upstream_failure(status, message))
 
 
 def _no_cookies() -> CookieJar:
@@ -80,12 +101,11 @@ def _no_cookies() -> CookieJar:
 
 
 class _Sidecar:
-    """Configuration and the shared client; per-request state lives in ``handle``'s locals."""
+    """Configuration and the shared client; per-request state lives in the locals of ``handle``."""
 
     def __init__(
         self,
-        upstream: Provider | None,
-        catalog: Catalog | None,
+        target: Route | Catalog,
         keys: dict[str, str],
         max_body_bytes: int,
         timeout: httpx.Timeout,
@@ -93,10 +113,12 @@ class _Sidecar:
         think_tags: bool | ThinkTags | None,
         think_start: ThinkStart,
     ) -> None:
-        self.upstream = upstream
-        self.catalog = catalog
+        self.target = target
+        self.catalog = target if isinstance(target, Catalog) else None
         self.keys = keys
-        self.default = upstream if upstream is not None else catalog.providers[0] if catalog else None
+        default = target.providers[0] if isinstance(target, Catalog) else target.provider
+        assert default is not None  # a sidecar route always has its upstream
+        self.default: Provider = default
         self.max_body_bytes = max_body_bytes
         self.timeout = timeout
         self.transport = transport
@@ -121,7 +143,7 @@ class _Sidecar:
                 self.client = None
 
     @staticmethod
-    def target(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
+    def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
         """The upstream URL for a sidecar request path, as sent (still percent-encoded): a leading ``/v1`` stands
         for the base URL's path, and the rest is appended to it byte for byte.
 
@@ -129,9 +151,8 @@ class _Sidecar:
             ApiError: 400 ``invalid_request`` for a path with a dot segment (``.``, ``..`` or their
                 percent-encoded forms), which could climb out of the base URL's path.
         """
-        segments = raw_path.split(b"/")
-        if any(unquote_to_bytes(segment) in (b".", b"..") for segment in segments):
-            raise ApiError(400, "invalid_request", "The request path may not contain '.' or '..' segments.", None)
+        if any(unquote_to_bytes(segment) in (b".", b"..") for segment in raw_path.split(b"/")):
+            raise bad_path()
         if raw_path == b"/v1" or raw_path.startswith(b"/v1/"):
             raw_path = raw_path[3:]
         base = httpx.URL(base_url.rstrip("/"))
@@ -148,152 +169,137 @@ class _Sidecar:
         _, sep, tail = path.partition("/models/")
         if not sep or not tail.endswith("/endpoints"):
             return None
-        model = self.catalog.model(tail.removesuffix("/endpoints"))
+        model_id = tail.removesuffix("/endpoints")
+        model = self.catalog.model(model_id)
         if model is None:
-            return _error_response(
-                ApiError(404, "model_not_found", f'No model "{tail.removesuffix("/endpoints")}" in the catalog.')
-            )
+            return _error_response(model_not_found(model_id))
         return _json_response(endpoints_listing(model))
 
-    async def _prepare(self, request: Request) -> tuple[PreparedRequest, Provider, ProviderRules]:
-        """Read and prepare a chat completions body; returns it with its provider and rules."""
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            raise payload_too_large(self.max_body_bytes)
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise payload_too_large(self.max_body_bytes)
-            chunks.append(chunk)
-        body = b"".join(chunks)
-        if self.catalog is not None:
-            prepared, decision = prepare_routed_request(
-                body, self.catalog, headers=dict(request.headers), max_body_bytes=self.max_body_bytes
-            )
-            return prepared, decision.provider, decision.rules
-        assert self.upstream is not None
-        rules = rules_for(self.upstream)
-        return prepare_request(body, rules, max_body_bytes=self.max_body_bytes), self.upstream, rules
-
     async def handle(self, request: Request) -> Response:
-        client = self.client
-        if client is None or self.default is None:  # pragma: no cover - only without lifespan
-            raise RuntimeError("the sidecar's lifespan has not started")
-        method = request.method
-        listing = self._listing(method, request.url.path)
+        listing = self._listing(request.method, request.url.path)
         if listing is not None:
             return listing
+        try:
+            built = await self.outgoing(request)
+            if built is None:  # the client left before its body ended
+                return Response(status_code=400)
+            outgoing, options = built
+            client = self.client
+            if client is None:  # pragma: no cover - only without lifespan
+                raise RuntimeError("the sidecar's lifespan has not started")
+            try:
+                upstream = await client.send(outgoing, stream=True)
+            except httpx.RequestError as exc:
+                raise upstream_failure(exc, "send") from None
+            return await self.answer(upstream, options)
+        except ApiError as error:
+            return _error_response(error)
+
+    async def outgoing(self, request: Request) -> tuple[httpx.Request, ResponseOptions | None] | None:
+        """The upstream request for ``request``, and the response options when its answer is to be rewritten
+        (chat completions); ``None`` when the client left before its body ended.
+
+        Raises:
+            ApiError: what ``prepare_request`` refuses; 413 over the body limit; 400 for a dot-segment path.
+        """
+        assert self.client is not None
+        method = request.method
         content: bytes | AsyncIterator[bytes]
         options: ResponseOptions | None = None
         provider = self.default
+        raw = request.headers.raw
         if is_chat_completions(method, request.url.path):
-            try:
-                prepared, provider, rules = await self._prepare(request)
-            except ApiError as error:
-                return _error_response(error)
+            declared = request.headers.get("content-length")
+            body = await read_body(request.receive, self.max_body_bytes, declared.encode() if declared else None)
+            if body is None:
+                return None
+            prepared = prepare_request(body, self.target, headers=request.headers, max_body_bytes=self.max_body_bytes)
+            route = prepared.route
+            if route.provider is not None:
+                provider = route.provider
             content = prepared.body
-            think = think_tags_for(rules, self.think_tags, self.think_start)
-            options = ResponseOptions(exclude=prepared.controls.exclude, think=think)
+            options = ResponseOptions(
+                exclude=prepared.controls.exclude,
+                think=think_tags_for(route.rules, self.think_tags, self.think_start),
+            )
         else:
             content = request.stream()
-        headers = without_headers(request.headers.raw, _DROP_REQUEST | connection_tokens(request.headers.raw))
+        headers = without_headers(raw, _DROP_REQUEST | connection_tokens(raw))
         headers.append((b"accept-encoding", b"identity"))
         key = self.keys.get(provider.name)
         if key is not None:
             headers = [(k, v) for k, v in headers if k != b"authorization"]
             headers.append((b"authorization", b"Bearer " + key.encode("latin-1")))
-        try:
-            url = self.target(
-                provider.base_url,
-                request.scope.get("raw_path") or request.url.path.encode(),
-                request.scope.get("query_string", b""),
+        url = self.target_url(
+            provider.base_url,
+            request.scope.get("raw_path") or request.url.path.encode(),
+            request.scope.get("query_string", b""),
+        )
+        return self.client.build_request(method, url, headers=headers, content=content), options
+
+    async def answer(self, upstream: httpx.Response, options: ResponseOptions | None) -> Response:
+        """The client's response for the upstream's: rewritten when ``options`` and ``choose_rewriter`` say so,
+        else relayed as it comes (the upstream response is closed on every path).
+
+        Raises:
+            ApiError: 502 or 504 when a buffered body cannot be read whole (``upstream_failure``).
+        """
+        rewriter = None
+        if options is not None:
+            rewriter = choose_rewriter(
+                options,
+                upstream.status_code,
+                upstream.headers.get("content-type"),
+                upstream.headers.get("content-encoding"),
+                decoded=DECODED,
             )
-        except ApiError as error:
-            return _error_response(error)
-        upstream_request = client.build_request(method, url, headers=headers, content=content)
-        try:
-            upstream = await client.send(upstream_request, stream=True)
-        except httpx.TimeoutException:
-            return _upstream_error(504, "The upstream did not answer in time; try again later.")
-        except httpx.RequestError as exc:
-            log.warning("upstream unreachable: %s", exc)
-            return _upstream_error(502, "The upstream could not be reached; try again later.")
-        mode = response_mode(upstream.status_code, upstream.headers.get("content-type"))
-        if upstream.headers.get("content-encoding", "identity").lower() not in _DECODABLE:
-            mode = "pass"  # an encoding httpx cannot decode here: forward it untouched rather than corrupt it
-        if options is None or mode == "pass":
-            response = StreamingResponse(
-                _relay(upstream), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
-            )
-            response.raw_headers = without_headers(upstream.headers.raw, HOP_BY_HOP)
-            return response
-        rewriter = ResponseRewriter(options, mode)
-        response_headers = without_headers(upstream.headers.raw, _DROP_REWRITTEN)
-        if mode == "json":
+        if isinstance(rewriter, JSONRewriter):
             try:
                 body = await upstream.aread()
-            except httpx.TimeoutException:
-                return _upstream_error(504, "The upstream did not finish its answer in time; try again.")
             except httpx.RequestError as exc:
-                log.warning("upstream body unusable: %s", exc)
-                return _upstream_error(502, "The upstream response ended early or could not be decoded.")
+                raise upstream_failure(exc, "body") from None
             finally:
                 await upstream.aclose()
             body = rewriter.feed(body) + rewriter.finish()
-            response_headers.append((b"content-length", str(len(body)).encode()))
             plain = Response(body, status_code=upstream.status_code)
-            plain.raw_headers = response_headers
+            plain.raw_headers = with_length(upstream.headers.raw, len(body), _DROP_REWRITTEN)
             return plain
         response = StreamingResponse(
-            _relay_rewritten(upstream, rewriter),
-            status_code=upstream.status_code,
-            background=BackgroundTask(upstream.aclose),
+            _relay(upstream, rewriter), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
         )
-        response.raw_headers = response_headers
+        if rewriter is None:
+            response.raw_headers = without_headers(upstream.headers.raw, HOP_BY_HOP)
+        else:
+            response.raw_headers = with_length(upstream.headers.raw, None, _DROP_REWRITTEN)
         return response
 
 
-async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:
-    """Yield the upstream body chunk by chunk as it arrives; close the upstream response on every path."""
+async def _relay(upstream: httpx.Response, rewriter: SSERewriter | None) -> AsyncIterator[bytes]:
+    """Yield the upstream body as it arrives, through ``rewriter`` when there is one; close the upstream response
+    on every path. A stream the upstream breaks off ends with ``rewriter.fail``'s error event.
+
+    A body relayed as it came, and an identity-encoded body, are read raw (httpx's decoding layer would only copy
+    it); a rewritten gzip or deflate body is decoded first."""
+    encoding = upstream.headers.get("content-encoding", "identity").strip().lower()
+    decode = rewriter is not None and encoding not in ("identity", "")
     try:
-        async for chunk in upstream.aiter_raw():
-            yield chunk
-    except httpx.RequestError as exc:
-        log.warning("upstream stream ended early: %s", exc)
-    finally:
-        await upstream.aclose()
-
-
-async def _relay_rewritten(upstream: httpx.Response, rewriter: ResponseRewriter) -> AsyncIterator[bytes]:
-    """Yield the normalized SSE body event by event as the upstream sends it; close the upstream on every path.
-
-    An identity-encoded body is read raw (httpx's decoding layer would only copy it); gzip and deflate are
-    decoded first."""
-    encoded = upstream.headers.get("content-encoding", "identity").lower() not in ("identity", "")
-    try:
-        async for chunk in upstream.aiter_bytes() if encoded else upstream.aiter_raw():
+        async for chunk in upstream.aiter_bytes() if decode else upstream.aiter_raw():
+            if rewriter is None:
+                yield chunk
+                continue
             out = rewriter.feed(chunk)
             if out:
                 yield out
-        tail = rewriter.finish()
-        if tail:
-            yield tail
+        if rewriter is not None:
+            tail = rewriter.finish()
+            if tail:
+                yield tail
     except httpx.RequestError as exc:
-        log.warning("upstream stream ended early: %s", exc)
-        yield rewriter.fail(_broken_stream(exc))
+        error = upstream_failure(exc, "stream")
+        if rewriter is not None:
+            yield rewriter.fail(error)
     finally:
         await upstream.aclose()
-
-
-def _broken_stream(exc: httpx.RequestError) -> ApiError:
-    """The error event's error for a stream the upstream broke off after it started (the status was sent)."""
-    if isinstance(exc, httpx.TimeoutException):
-        return _upstream_failure(504, "The upstream stopped sending the stream in time; the answer is incomplete.")
-    if isinstance(exc, httpx.DecodingError):
-        return _upstream_failure(502, "The upstream stream could not be decoded; the answer is incomplete.")
-    return _upstream_failure(502, "The upstream stream ended early; the answer is incomplete.")
 
 
 def _json_response(data: Any) -> Response:
@@ -319,6 +325,7 @@ def create_app(
     transport: httpx.AsyncBaseTransport | None = None,
     think_tags: bool | ThinkTags | None = None,
     think_start: ThinkStart = "content",
+    preserve_reasoning: bool = True,
 ) -> Starlette:
     """Build the sidecar app: in front of one upstream, or routing through a model catalog.
 
@@ -337,25 +344,27 @@ def create_app(
         transport: an ``httpx`` transport for the upstreams (tests); the default opens real connections.
         think_tags: split ``<think>`` tags out of response content: ``None`` for the provider's default (on for
             ``local``), ``True``/``False`` to force it, or a ``ThinkTags`` with your own tag families.
-        think_start: where a stream starts for the think splitter (``reasoning_text.ThinkTags.start``).
+        think_start: where a stream starts for the think splitter (``ThinkTags.start``).
+        preserve_reasoning: with ``upstream``, replay reasoning in history where the provider takes it (spec 000
+            "The Message Preparation Filter" with preservation on); a catalog says it per model.
 
     Raises:
         ValueError: neither or both of ``upstream`` and ``catalog``; ``provider`` is not a known provider name.
 
-    Errors reach the client as the OpenAI-style error body: 400 for bad chat completions bodies or an effort
-    no endpoint accepts, 413 over the body limit, 503 when strict matching leaves no endpoint, 502
-    ``upstream_unavailable``, 504 ``upstream_timeout``. An upstream's own error response is passed through
-    unchanged.
+    Errors reach the client as the OpenAI-style error body (``docs/errors.md``). An upstream's own error
+    response is passed through unchanged.
     """
     if (upstream is None) == (catalog is None):
         raise ValueError("give either an upstream base URL or a catalog")
-    single: Provider | None = None
+    target: Route | Catalog
     if upstream is not None:
-        name = get_provider(provider if provider is not None else infer_provider(upstream)).name
-        single = Provider(name=name, base_url=upstream)
+        name = provider_rules(provider if provider is not None else infer_provider(upstream)).name
+        target = fixed_route(Provider(name=name, base_url=upstream), preserve=preserve_reasoning)
+    else:
+        assert catalog is not None
+        target = catalog
     sidecar = _Sidecar(
-        single,
-        catalog,
+        target,
         api_keys(catalog) if catalog is not None else {},
         max_body_bytes,
         timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
@@ -364,7 +373,7 @@ def create_app(
         think_start,
     )
     app = Starlette(
-        routes=[Route("/{path:path}", sidecar.handle, methods=_METHODS)],
+        routes=[StarletteRoute("/{path:path}", sidecar.handle, methods=_METHODS)],
         lifespan=sidecar.lifespan,
     )
     app.state.sidecar = sidecar

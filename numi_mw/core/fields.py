@@ -1,0 +1,63 @@
+"""The reasoning fields by name, and the in-place key edits every rule uses on a decoded JSON object.
+
+Names (spec 004 "Request controls", "Other fields", "Response fields"):
+
+- ``PLAIN_FIELDS``: the plain reasoning text of a message or delta, in either spelling (``reasoning``, as
+  OpenRouter writes it, or ``reasoning_content``, as DeepSeek, Z.AI, vLLM and llama.cpp write it).
+- ``REASONING_FIELDS``: those and ``reasoning_details``: everything a message or delta carries of reasoning.
+- ``SHORTHANDS`` and ``CONTROL_FIELDS``: the request controls, the ``reasoning`` object and its shorthands.
+
+A rewritten object keeps its key order, so that what numi_mw sends reads like what it received: ``splice``
+puts new keys where the old ones stood.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, Final
+
+PLAIN_FIELDS: Final = ("reasoning", "reasoning_content")
+REASONING_FIELDS: Final = (*PLAIN_FIELDS, "reasoning_details")
+SHORTHANDS: Final = ("reasoning_effort", "include_reasoning")
+CONTROL_FIELDS: Final = ("reasoning", *SHORTHANDS)
+
+
+def plain_reasoning(obj: Mapping[str, Any]) -> str | None:
+    """The plain reasoning text of a message or delta: its first nonempty string of ``reasoning`` and
+    ``reasoning_content``, in that order, or ``None``."""
+    for key in PLAIN_FIELDS:
+        value = obj.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def splice(obj: dict[str, Any], old: Collection[str], new: Mapping[str, Any]) -> None:
+    """Replace the keys ``old`` of ``obj`` by the items of ``new``, in place, keeping the order of the others.
+
+    The items of ``new`` stand where the first key of ``old`` that ``obj`` has stood, or at the end when it has
+    none; a key of ``new`` found elsewhere in ``obj`` moves there. ``new`` may be empty (the keys just go).
+    """
+    items: list[tuple[str, Any]] = []
+    placed = False
+    for key, value in obj.items():
+        if key in old:
+            if not placed:
+                items.extend(new.items())
+                placed = True
+        elif key not in new:
+            items.append((key, value))
+    if not placed:
+        items.extend(new.items())
+    obj.clear()
+    obj.update(items)
+
+
+def drop(obj: dict[str, Any], keys: Iterable[str]) -> bool:
+    """Delete ``keys`` from ``obj`` where present, in place; returns whether any was."""
+    changed = False
+    for key in keys:
+        if key in obj:
+            del obj[key]
+            changed = True
+    return changed
