@@ -39,12 +39,12 @@ _CONTENT_LENGTH = frozenset((b"content-length",))
 
 
 def with_length(
-    headers: Iterable[tuple[bytes, bytes]], length: int | None, drop: frozenset[bytes] = frozenset()
+    headers: Iterable[tuple[bytes, bytes]], length: int | None, drop: frozenset[bytes] = _CONTENT_LENGTH
 ) -> Headers:
-    """``headers`` for a body whose length changed: without ``content-length`` (and the names in ``drop``), then
-    ``content-length: length`` at the end when ``length`` (bytes) is given; ``None`` for a body of no fixed
-    length (a rewritten stream)."""
-    out = without_headers(headers, drop | _CONTENT_LENGTH)
+    """``headers`` for a body whose length changed: without ``content-length`` (and the names in ``drop``, lower
+    case), then ``content-length: length`` at the end when ``length`` (bytes) is given; ``None`` for a body of
+    no fixed length (a rewritten stream)."""
+    out = without_headers(headers, drop if b"content-length" in drop else drop | _CONTENT_LENGTH)
     if length is not None:
         out.append((b"content-length", str(length).encode()))
     return out
@@ -72,23 +72,28 @@ async def read_body(receive: Receive, limit: int, declared: bytes | None = None)
         ApiError: 413 ``payload_too_large`` when the body (declared or received) is over ``limit`` bytes.
     """
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise payload_too_large(limit)
-    chunks: list[bytes] = []
-    size = 0
+        raise payload_too_large(limit)  # before any byte is read (a client that waits for 100 Continue sends none)
+    message = await receive()
+    if message["type"] != "http.request":
+        return None
+    chunk: bytes = message.get("body", b"")
+    if not message.get("more_body", False):  # the whole body in one message: nothing more to wait for
+        if len(chunk) > limit:
+            raise payload_too_large(limit)
+        return chunk
+    chunks = [chunk]
+    size = len(chunk)
     while True:
         message = await receive()
         if message["type"] != "http.request":
             return None
-        chunk: bytes = message.get("body", b"")
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise payload_too_large(limit)
-        if not message.get("more_body", False):
-            if not chunks:
-                return chunk
-            chunks.append(chunk)
-            return b"".join(chunks)
         chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 async def send_error(send: Send, error: ApiError) -> None:

@@ -31,8 +31,7 @@ class ReasoningMiddleware:
             a ``ProviderRules``.
         max_body_bytes: request body limit in bytes (a positive ``int``); a larger body gets 413
             ``payload_too_large``.
-        think_tags: split ``<think>`` tags out of response content: ``None`` for the provider's default (on for
-            ``local``), ``True``/``False`` to force it, or a ``ThinkTags`` with your own tag families.
+        think_tags: split ``<think>`` tags out of response content (``response.think_tags_for``).
         think_start: where a stream starts for the think splitter: ``content``, ``reasoning`` or ``auto``
             (``ThinkTags.start``).
         preserve_reasoning: replay reasoning in history where the provider takes it (spec 000 "The Message
@@ -93,10 +92,9 @@ class ReasoningMiddleware:
         await self.app(scope, _Replay(prepared.body, receive), _NormalizingSend(options, send))
 
 
-_REQUEST_FRAMING = frozenset((b"transfer-encoding", b"accept-encoding"))
-"""Request headers a rewritten chat completions request loses on its way to the app, beside its old
-``content-length``: its framing, and ``accept-encoding``, so that a compression middleware inside this one
-leaves the answer readable."""
+_REQUEST_FRAMING = frozenset((b"content-length", b"transfer-encoding", b"accept-encoding"))
+"""Request headers a rewritten chat completions request loses on its way to the app: its framing, and
+``accept-encoding``, so that a compression middleware inside this one leaves the answer readable."""
 
 
 def _scan_headers(scope: Scope) -> tuple[bool, bool, bytes | None]:

@@ -16,7 +16,7 @@ from numi_mw.core.request import PROBE_MAX_BYTES, Probe, is_chat_completions, pr
 from numi_mw.core.routing import fixed_route
 
 OPENROUTER = provider_rules("openrouter")
-_ANSWERS = {Probe.REWRITE: None, Probe.PLAIN: False, Probe.PLAIN_STREAM: True}
+_ANSWERS = {Probe.REWRITE: None, Probe.CHANGES: None, Probe.PLAIN: False, Probe.PLAIN_STREAM: True}
 
 
 def probe_plain(raw: bytes, rules: ProviderRules = OPENROUTER) -> bool | None:

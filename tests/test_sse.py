@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, finished, replace_data
+from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
 
 
 def decode(*chunks: bytes) -> list[SSEEvent]:
@@ -441,8 +441,8 @@ def test_end_keeps_the_unfinished_event_apart_and_finished_finishes_it() -> None
     events, rest = decoder.end()
     assert events == []  # "data: a" was returned by feed
     assert rest == SSEEvent(raw=b"id: 7\ndata: b", data=b"b", id="7")
-    assert finished(rest) == SSEEvent(raw=b"id: 7\ndata: b\n\n", data=b"b", id="7")
-    assert finished(SSEEvent(raw=b"data: c\r", data=b"c")).raw == b"data: c\r\n"  # the line end was there
+    assert terminate_event(rest) == SSEEvent(raw=b"id: 7\ndata: b\n\n", data=b"b", id="7")
+    assert terminate_event(SSEEvent(raw=b"data: c\r", data=b"c")).raw == b"data: c\r\n"  # the line end was there
     decoder.feed(b"data: d\r")  # a line, but no blank line after it
     assert decoder.end() == ([], SSEEvent(raw=b"data: d\r", data=b"d"))
     decoder.feed(b"data: e\r\r")  # the last \r was held back by feed; at the end it is the blank line

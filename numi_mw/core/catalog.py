@@ -8,25 +8,8 @@ frozen Structs, then checks what a schema cannot (unique names, known providers,
     catalog.toml: models[1] (id "openai/gpt-6-luna"): endpoints[0].reasoning.mandatory: Expected `bool | null`,
     got `str`
 
-The file uses the spec's own names (``docs/catalog.md``); every capability field is optional, and keys
-the Structs do not declare are ignored so that the format can grow::
-
-    [[providers]]
-    name = "openrouter"
-    base_url = "https://openrouter.ai/api/v1"
-    wire_api = "openai-chat"
-    api_key_env = "OPENROUTER_API_KEY"
-
-    [[models]]
-    id = "openai/gpt-6-luna"
-    reasoning_mode = "effort"
-    preserve_reasoning = true
-
-    [[models.endpoints]]
-    tag = "example-provider/primary"
-    provider = "openrouter"
-    supported_parameters = ["max_tokens", "reasoning", "include_reasoning", "tools"]
-    reasoning = { supported_efforts = ["low", "medium", "high"], default_effort = "medium" }
+The file uses the spec's own names; every capability field is optional, and keys the Structs do not declare are
+ignored so that the format can grow. ``docs/catalog.md`` has an annotated example.
 
 ``models_listing`` and ``endpoints_listing`` render the catalog as the ``GET /models`` and
 ``GET /models/{author}/{slug}/endpoints`` bodies.

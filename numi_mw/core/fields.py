@@ -40,15 +40,23 @@ def splice(obj: dict[str, Any], old: Collection[str], new: Mapping[str, Any]) ->
     """
     items: list[tuple[str, Any]] = []
     placed = False
-    for key, value in obj.items():
-        if key in old:
+    for k, v in obj.items():
+        if k in old:
             if not placed:
                 items.extend(new.items())
                 placed = True
-        elif key not in new:
-            items.append((key, value))
+        elif k not in new:
+            items.append((k, v))
     if not placed:
         items.extend(new.items())
+    obj.clear()
+    obj.update(items)
+
+
+def rename(obj: dict[str, Any], old: str, new: str, value: Any) -> None:
+    """``splice(obj, (old,), {new: value})`` for a key ``obj`` has, in one comprehension (it runs once per
+    assistant message of a history)."""
+    items = [(new, value) if k == old else (k, v) for k, v in obj.items() if k != new]
     obj.clear()
     obj.update(items)
 

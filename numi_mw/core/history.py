@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from numi_mw.core.errors import invalid_request
-from numi_mw.core.fields import PLAIN_FIELDS, splice
+from numi_mw.core.errors import ApiError, invalid_request
+from numi_mw.core.fields import PLAIN_FIELDS, rename
 from numi_mw.core.providers import ReasoningField, Replay
 
 
@@ -38,7 +38,7 @@ def normalize_message(message: dict[str, Any], field: ReasoningField) -> bool:
             del message["reasoning"]
             return True
         if field == "reasoning_content":
-            splice(message, ("reasoning",), {"reasoning_content": r})
+            rename(message, "reasoning", "reasoning_content", r)
             return True
         if "reasoning_content" in message:  # a null beside the reasoning it would name: absent
             del message["reasoning_content"]
@@ -51,7 +51,7 @@ def normalize_message(message: dict[str, Any], field: ReasoningField) -> bool:
         return False
     if r is None or r == "" or r == rc:
         if field == "reasoning":
-            splice(message, ("reasoning_content",), {"reasoning": rc})
+            rename(message, "reasoning_content", "reasoning", rc)
             return True
         if "reasoning" in message:
             del message["reasoning"]
@@ -62,7 +62,7 @@ def normalize_message(message: dict[str, Any], field: ReasoningField) -> bool:
 
 def normalize_messages(messages: list[Any], field: ReasoningField) -> bool:
     """Apply ``normalize_message`` to every assistant message of ``messages``, in place (items that are not
-    objects are skipped: ``check_messages`` refuses them first).
+    objects are skipped: ``prepare_messages`` refuses them first).
 
     Returns:
         Whether any message changed.
@@ -74,19 +74,12 @@ def normalize_messages(messages: list[Any], field: ReasoningField) -> bool:
     return changed
 
 
-def check_messages(messages: object) -> list[dict[str, Any]]:
-    """``messages`` itself when it is an array of message objects.
+def _not_a_list() -> ApiError:
+    return invalid_request("messages must be an array of message objects.", "messages")
 
-    Raises:
-        ApiError: 400 ``invalid_request`` on ``messages`` when it is not an array, on ``messages[i]`` when an
-            item is not an object.
-    """
-    if not isinstance(messages, list):
-        raise invalid_request("messages must be an array of message objects.", "messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise invalid_request(f"messages[{i}] must be a message object.", f"messages[{i}]")
-    return messages
+
+def _not_an_object(i: int) -> ApiError:
+    return invalid_request(f"messages[{i}] must be a message object.", f"messages[{i}]")
 
 
 def _keeps(replay: Replay, reasoning: bool, preserve: bool, message: dict[str, Any]) -> tuple[bool, bool]:
@@ -103,12 +96,12 @@ def _keeps(replay: Replay, reasoning: bool, preserve: bool, message: dict[str, A
 
 
 def prepare_messages(
-    messages: object, replay: Replay, *, reasoning: bool = True, preserve: bool = True
+    messages: object, replay: Replay, *, reasoning: bool = True, preserve: bool = True, metadata: bool = True
 ) -> list[dict[str, Any]]:
     """The message preparation filter of spec 000 ("The Message Preparation Filter"), for one route.
 
-    Makes a copy of each message, removes internal metadata (keys starting with ``_``), and on assistant
-    messages removes the reasoning fields the route cannot take, by its row of the table
+    Makes a copy of each message it changes, removes internal metadata (keys starting with ``_``), and on
+    assistant messages removes the reasoning fields the route cannot take, by its row of the table
     (``ProviderRules.replay``; the table itself is in ``docs/providers.md``):
 
     - ``none`` (direct ``openai`` or ``inception``), or a model without reasoning support: text and details
@@ -126,21 +119,38 @@ def prepare_messages(
         replay: the route's row of the table.
         reasoning: the model supports reasoning (catalog ``reasoning_mode`` is not ``none``).
         preserve: preservation is on (catalog ``preserve_reasoning``; on for a single upstream).
+        metadata: look for internal metadata; ``False`` when the caller knows that no key starts with ``_``
+            (``request.probe`` shows it), which saves a look at every key.
 
     Returns:
-        A new list; messages that change are new dicts, the others are the same objects.
+        ``messages`` itself when no message changes; else a new list in which the messages that change are new
+        dicts and the others the same objects.
 
     Raises:
         ApiError: 400 ``invalid_request`` when ``messages`` is not an array of objects.
     """
-    prepared: list[dict[str, Any]] = []
-    for message in check_messages(messages):
-        drop = [key for key in message if key.startswith("_")]
+    if not isinstance(messages, list):
+        raise _not_a_list()
+    prepared: list[dict[str, Any]] | None = None
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise _not_an_object(i)
+        drop: list[str] = []
+        if metadata:
+            for key in message:
+                if key < "`" and key[:1] == "_":  # "_" sorts just below "`" and every lower-case letter
+                    drop = [key for key in message if key[:1] == "_"]
+                    break
         if message.get("role") == "assistant":
             keep_plain, keep_details = _keeps(replay, reasoning, preserve, message)
             if not keep_plain:
                 drop.extend(key for key in PLAIN_FIELDS if key in message)
             if not keep_details and "reasoning_details" in message:
                 drop.append("reasoning_details")
-        prepared.append({k: v for k, v in message.items() if k not in drop} if drop else message)
-    return prepared
+        if drop:
+            if prepared is None:
+                prepared = messages[:i]
+            prepared.append({k: v for k, v in message.items() if k not in drop})
+        elif prepared is not None:
+            prepared.append(message)
+    return messages if prepared is None else prepared

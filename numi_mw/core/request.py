@@ -41,12 +41,23 @@ Measured: for a 2 KiB body the probe costs a third of a full decode plus the wal
 of tiny messages it costs more than decoding, and such bodies are large."""
 
 
-class _MessageProbe(msgspec.Struct, gc=False):
-    """The fields of a message the history rules read; all else is skipped without being built."""
+class _MessageProbe(msgspec.Struct, gc=False, forbid_unknown_fields=True):
+    """A message of the keys chat completions defines, skipped without being built but for the fields the history
+    rules read. Any other key (internal metadata such as ``_stored_at`` among them) fails the probe: such a
+    message takes the full path, where spec 000's filter looks at every key."""
 
     reasoning: msgspec.Raw = msgspec.Raw()
     reasoning_content: msgspec.Raw = msgspec.Raw()
     reasoning_details: msgspec.Raw = msgspec.Raw()
+    role: msgspec.Raw = msgspec.Raw()
+    content: msgspec.Raw = msgspec.Raw()
+    name: msgspec.Raw = msgspec.Raw()
+    tool_calls: msgspec.Raw = msgspec.Raw()
+    tool_call_id: msgspec.Raw = msgspec.Raw()
+    function_call: msgspec.Raw = msgspec.Raw()
+    refusal: msgspec.Raw = msgspec.Raw()
+    audio: msgspec.Raw = msgspec.Raw()
+    annotations: msgspec.Raw = msgspec.Raw()
 
 
 class _BodyProbe(msgspec.Struct, gc=False):
@@ -66,17 +77,18 @@ class Probe(enum.Enum):
     """What ``probe`` decided about a body."""
 
     REWRITE = "rewrite"
-    """The rules may change something, or the shape is unusual: decode it."""
+    """The shape is unusual (not an object, ``messages`` not an array of objects, a message key chat completions
+    does not define): decode it, and look at every key."""
+    CHANGES = "changes"
+    """The rules may change something: decode it. Every message key is one chat completions defines, so none is
+    internal metadata."""
     PLAIN = "plain"
     """Nothing to normalize; the body does not ask for a stream."""
     PLAIN_STREAM = "plain-stream"
     """Nothing to normalize; the body has ``"stream": true``."""
 
 
-def _may_hold_metadata(body: bytes) -> bool:
-    """Whether ``body`` may hold a key starting with ``_`` (internal metadata, spec 000's filter removes it):
-    a ``"_`` in the bytes, or the escape a key could spell ``_`` with."""
-    return body.find(b'"_') >= 0 or body.find(b"\\u005") >= 0
+_REWRITE, _CHANGES, _PLAIN, _PLAIN_STREAM = Probe.REWRITE, Probe.CHANGES, Probe.PLAIN, Probe.PLAIN_STREAM
 
 
 def probe(body: bytes, route: Route) -> Probe:
@@ -84,12 +96,13 @@ def probe(body: bytes, route: Route) -> Probe:
 
     One msgspec pass that skips every field the rules do not read (so the body is also checked to be JSON and
     UTF-8). Assistant history with ``reasoning_details`` passes only where the route keeps every detail
-    (preserving ``openrouter``, ``ppq`` and ``generic`` routes); a possible ``_`` key never does.
+    (preserving ``openrouter``, ``ppq`` and ``generic`` routes); a message with a key chat completions does not
+    define (internal metadata among them) never does.
 
     Returns:
-        ``Probe.REWRITE`` when the rules may change something (a reasoning control, a message with
-        ``reasoning`` or ``reasoning_content``, details the route drops, internal metadata) or the shape is
-        unusual (not an object, ``messages`` not an array of objects); else ``Probe.PLAIN`` or
+        ``Probe.REWRITE`` when the shape is unusual (not an object, ``messages`` not an array of objects, a
+        message key of its own); ``Probe.CHANGES`` when the rules may change something (a reasoning control, a
+        message with ``reasoning`` or ``reasoning_content``, details the route drops); else ``Probe.PLAIN`` or
         ``Probe.PLAIN_STREAM`` by ``"stream": true``.
 
     Raises:
@@ -98,19 +111,17 @@ def probe(body: bytes, route: Route) -> Probe:
     try:
         found = _probe_decoder.decode(body)
     except msgspec.ValidationError:
-        return Probe.REWRITE
+        return _REWRITE
     except (msgspec.DecodeError, RecursionError) as exc:
         raise codec.request_decode_error(exc, body) from None
     if found.reasoning or found.reasoning_effort or found.include_reasoning:
-        return Probe.REWRITE
-    keeps_details = route.replay == "details" and route.preserve and route.reasoning
+        return _CHANGES
+    keeps_details = route.keeps_details
     for message in found.messages:
         if message.reasoning or message.reasoning_content or (message.reasoning_details and not keeps_details):
-            return Probe.REWRITE
-    if _may_hold_metadata(body):
-        return Probe.REWRITE
+            return _CHANGES
     codec.check_utf8(body)  # msgspec does not validate the strings it skips
-    return Probe.PLAIN_STREAM if found.stream is True else Probe.PLAIN
+    return _PLAIN_STREAM if found.stream is True else _PLAIN
 
 
 class PreparedRequest(msgspec.Struct, frozen=True, gc=False):
@@ -161,15 +172,11 @@ def prepare_request(
     if len(body) > max_body_bytes:
         raise payload_too_large(max_body_bytes, len(body))
     route = fixed_route(target) if isinstance(target, ProviderRules) else target
-    if (
-        isinstance(route, Route)
-        and len(body) <= PROBE_MAX_BYTES
-        and route.wire_api == "openai-chat"
-        and route.rules.controls_form != "zai-thinking"  # zai always gets thinking
-    ):
-        plain = probe(body, route)
-        if plain is not Probe.REWRITE:
-            return PreparedRequest(body, False, NO_CONTROLS, plain is Probe.PLAIN_STREAM, route)
+    found = _REWRITE
+    if isinstance(route, Route) and route.probes and len(body) <= PROBE_MAX_BYTES:
+        found = probe(body, route)
+        if found is _PLAIN or found is _PLAIN_STREAM:
+            return PreparedRequest(body, False, NO_CONTROLS, found is _PLAIN_STREAM, route)
     data = codec.decode_object(body)
     controls, changed = fold_controls(data)
     if isinstance(route, Catalog):
@@ -177,20 +184,25 @@ def prepare_request(
         if routed:
             changed = True
             controls, _ = fold_controls(data)
-    if prepare_for_route(data, controls, route, len(body)):
+    if prepare_for_route(data, controls, route, len(body), metadata=found is not _CHANGES):
         changed = True
     check_wire_api(route)
     stream = data.get("stream") is True
     return PreparedRequest(codec.encode(data) if changed else body, changed, controls, stream, route)
 
 
-def prepare_for_route(data: dict[str, Any], controls: ReasoningControls, route: Route, body_size: int) -> bool:
+def prepare_for_route(
+    data: dict[str, Any], controls: ReasoningControls, route: Route, body_size: int, *, metadata: bool = True
+) -> bool:
     """The request pipeline after routing, on a decoded body of ``body_size`` bytes, in place.
 
     Writes the controls in the provider's form (``controls.encode_controls``), or gives a Z.AI request with no
     controls its ``thinking`` (spec 000 "Provider-Specific Handling"); runs spec 000's message preparation
     filter for the route (``history.prepare_messages``) and spec 004's reasoning / reasoning_content table
     (``history.normalize_messages``); checks the reasoning detail size limits.
+
+    ``metadata`` is ``False`` when the probe has shown that no message key is internal metadata
+    (``history.prepare_messages``).
 
     Returns:
         Whether ``data`` changed.
@@ -208,14 +220,17 @@ def prepare_for_route(data: dict[str, Any], controls: ReasoningControls, route: 
         changed = True
     if "messages" in data:
         messages = data["messages"]
-        filtered = prepare_messages(messages, route.replay, reasoning=route.reasoning, preserve=route.preserve)
-        if any(new is not old for new, old in zip(filtered, messages, strict=True)):
-            data["messages"] = filtered
-            changed = True
-        if normalize_messages(filtered, rules.reasoning_field):
+        if metadata or not route.keeps_details:  # else the filter keeps every message as it is
+            filtered = prepare_messages(
+                messages, route.replay, reasoning=route.reasoning, preserve=route.preserve, metadata=metadata
+            )
+            if filtered is not messages:
+                data["messages"] = messages = filtered
+                changed = True
+        if normalize_messages(messages, rules.reasoning_field):
             changed = True
         if body_size > MIN_DETAIL_LIMIT:
-            check_detail_limits(filtered)
+            check_detail_limits(messages)
     return changed
 
 

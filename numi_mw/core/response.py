@@ -26,7 +26,7 @@ from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
 from numi_mw.core.completion import normalize_completion
 from numi_mw.core.errors import CUT_SHORT, ApiError
 from numi_mw.core.providers import ProviderRules
-from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, finished, replace_data
+from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
 from numi_mw.core.think import ThinkStart, ThinkTags
 
 
@@ -45,7 +45,7 @@ class ResponseOptions(msgspec.Struct, frozen=True, gc=False):
 def think_tags_for(
     rules: ProviderRules, split: bool | ThinkTags | None = None, start: ThinkStart = "content"
 ) -> ThinkTags | None:
-    """The think-tag settings for ``rules``'s provider.
+    """The think-tag settings for ``rules``'s provider (``docs/streaming.md``, "Think tags").
 
     Args:
         rules: the target provider's rules.
@@ -86,12 +86,22 @@ def choose_rewriter(
         return None
     if content_encoding is not None and content_encoding.strip().lower() not in decoded:
         return None
-    media = content_type.split(";", 1)[0].strip().lower()
+    media = _MEDIA.get(content_type)  # the common spellings, without parsing
+    if media is None:
+        media = content_type.split(";", 1)[0].strip().lower()
     if media == "text/event-stream":
         return SSERewriter(options)
     if media == "application/json" or media.endswith("+json"):
         return JSONRewriter(options)
     return None
+
+
+_MEDIA = {
+    "application/json": "application/json",
+    "text/event-stream": "text/event-stream",
+    "text/event-stream; charset=utf-8": "text/event-stream",
+    "application/json; charset=utf-8": "application/json",
+}
 
 
 _BACKSLASH = 0x5C
@@ -158,7 +168,7 @@ class SSERewriter:
         A stream that ends inside a line that is not a ``data`` line, or inside an event whose data is not whole
         JSON (a close-delimited upstream that broke off: nothing else tells it from a normal end), is treated as
         ``fail`` with ``errors.CUT_SHORT``; before ``[DONE]`` only. Any other unfinished last event is finished
-        with the line ends it lacks (``sse.finished``) and sent like any other.
+        with the line ends it lacks (``sse.terminate_event``) and sent like any other.
         """
         events, rest = self._decoder.end()
         out = [self._event(event) for event in events]
@@ -169,7 +179,7 @@ class SSERewriter:
                 out.append(self._break_off(CUT_SHORT))
                 return b"".join(out)
             else:
-                out.append(self._event(finished(rest)))
+                out.append(self._event(terminate_event(rest)))
         if not self._done:
             out.append(self._closing_chunks())
         return b"".join(out)
@@ -187,7 +197,7 @@ class SSERewriter:
             return b""
         events, rest = self._decoder.end()
         if rest is not None and rest.data == b"[DONE]":  # only its blank line was missing: the answer was whole
-            events.append(finished(rest))
+            events.append(terminate_event(rest))
         out = [self._event(event) for event in events]
         if not self._done:
             out.append(self._break_off(error))
@@ -232,13 +242,13 @@ class SSERewriter:
         try:
             if one_line and len(chunks) == 1:
                 return b"data: " + encode(chunks[0]) + b"\n\n"
-            encoded = [encode(chunk) for chunk in chunks]
+            encoded = list(map(encode, chunks))
         except UnicodeEncodeError:  # text a think splitter held from an event only the fallback could read
             encoded = [codec.encode_lenient(chunk) for chunk in chunks]
         return _frame(raw, one_line, event, id, encoded)
 
 
-class JSONRewriter:
+class JSONRewriter(msgspec.Struct, gc=False):
     """Rewrite one buffered chat completion body (spec 004 "Response fields"); one instance per response.
 
     Args:
@@ -246,28 +256,31 @@ class JSONRewriter:
 
     ``feed`` collects the body and returns ``b""``; ``finish`` returns the whole body to send (the very bytes
     object received when it came in one piece and nothing changed; ``changed`` then says which), after which
-    a shell sets ``content-length``. ``fail`` returns ``b""``: a body that broke off is never sent.
+    a shell sets ``content-length``. ``fail`` returns ``b""``: a body that broke off is never sent. A Struct
+    rather than a class: one is made per buffered response, and a Struct is built in C.
 
     Attributes:
         changed: whether ``finish`` returned a body that differs from the upstream's.
     """
 
-    __slots__ = ("_parts", "changed", "options")
-
-    def __init__(self, options: ResponseOptions) -> None:
-        self.options = options
-        self._parts: list[bytes] = []
-        self.changed = False
+    options: ResponseOptions
+    _body: bytes = b""
+    _parts: list[bytes] | None = None  # from the second piece on
+    changed: bool = False
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the next bytes of the upstream body; nothing is sent before the end."""
-        self._parts.append(chunk)
+        if self._parts is not None:
+            self._parts.append(chunk)
+        elif self._body:
+            self._parts = [self._body, chunk]
+        else:
+            self._body = chunk
         return b""
 
     def finish(self) -> bytes:
         """End of the upstream body; return the whole body to send (``normalize_completion_body``)."""
-        parts = self._parts
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        body = self._body if self._parts is None else b"".join(self._parts)
         out = normalize_completion_body(body, self.options)
         self.changed = out is not body
         return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from numi_mw.core.catalog import Catalog, Endpoint, Model, Provider, ReasoningCapabilities, WireApi
@@ -54,11 +54,20 @@ class Route:
     model: str | None = None
     endpoint: str | None = None
     eligible: tuple[str, ...] = ()
+    replay: Replay = field(init=False)
+    """The route's row of spec 000's message preparation filter: its wire API's, else its provider's."""
+    keeps_details: bool = field(init=False)
+    """The filter keeps every assistant message's ``reasoning_details`` (a preserving ``details`` row)."""
+    probes: bool = field(init=False)
+    """A small body may be passed as it came when a probe finds nothing to change (``request.probe``): not on a
+    wire API numi_mw translates to, nor for the ``zai-thinking`` form, which adds ``thinking`` to every request."""
 
-    @property
-    def replay(self) -> Replay:
-        """The route's row of spec 000's message preparation filter: its wire API's, else its provider's."""
-        return WIRE_API_REPLAY.get(self.wire_api, self.rules.replay)
+    def __post_init__(self) -> None:
+        replay = WIRE_API_REPLAY.get(self.wire_api, self.rules.replay)
+        object.__setattr__(self, "replay", replay)
+        object.__setattr__(self, "keeps_details", replay == "details" and self.preserve and self.reasoning)
+        probes = self.wire_api == "openai-chat" and self.rules.controls_form != "zai-thinking"
+        object.__setattr__(self, "probes", probes)
 
     def describe(self) -> dict[str, Any]:
         """The route as JSON-ready data (``numi-mw request --catalog`` prints it)."""
@@ -400,7 +409,7 @@ def _strip_reasoning(body: dict[str, Any]) -> bool:
     messages = body.get("messages")
     if isinstance(messages, list):
         prepared = prepare_messages(messages, "none", reasoning=False)
-        if any(new is not old for new, old in zip(prepared, messages, strict=True)):
+        if prepared is not messages:
             body["messages"] = prepared
             changed = True
     return changed

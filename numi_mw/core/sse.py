@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["SSEDecoder", "SSEEvent", "encode_event", "finished", "replace_data"]
+__all__ = ["SSEDecoder", "SSEEvent", "encode_event", "replace_data", "terminate_event"]
 
 _BOM = b"\xef\xbb\xbf"
 _LF = 0x0A
@@ -309,7 +309,7 @@ def encode_event(data: bytes, *, event: str | None = None, id: str | None = None
     return b"".join(parts)
 
 
-def finished(event: SSEEvent) -> SSEEvent:
+def terminate_event(event: SSEEvent) -> SSEEvent:
     """An event a stream left unfinished (``SSEDecoder.end``), finished: its ``raw`` bytes with the line end
     its last line lacks, if any, and the blank line that ends an event (``\n`` each). Sent at the end of a
     stream, it is an event to every SSE parser; unfinished, parsers drop it (WHATWG), and anything sent after

@@ -49,7 +49,7 @@ connection, up to the read timeout, and then fail with 504); up to 100 idle ones
 
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
-_DROP_REWRITTEN = HOP_BY_HOP | {b"content-encoding"}
+_DROP_REWRITTEN = HOP_BY_HOP | {b"content-encoding", b"content-length"}
 DECODED = frozenset(("identity", "gzip", "deflate", "x-gzip", ""))
 """Content encodings httpx decodes without optional packages; a response in another one is not rewritten."""
 
@@ -342,8 +342,7 @@ def create_app(
         max_body_bytes: request body limit in bytes (413 ``payload_too_large`` above it).
         timeout: upstream timeouts in seconds (a read timeout applies between chunks).
         transport: an ``httpx`` transport for the upstreams (tests); the default opens real connections.
-        think_tags: split ``<think>`` tags out of response content: ``None`` for the provider's default (on for
-            ``local``), ``True``/``False`` to force it, or a ``ThinkTags`` with your own tag families.
+        think_tags: split ``<think>`` tags out of response content (``response.think_tags_for``).
         think_start: where a stream starts for the think splitter (``ThinkTags.start``).
         preserve_reasoning: with ``upstream``, replay reasoning in history where the provider takes it (spec 000
             "The Message Preparation Filter" with preservation on); a catalog says it per model.

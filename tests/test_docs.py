@@ -1,0 +1,134 @@
+"""The README and ``docs/`` as a user reads them: the error table matches the code, links resolve, and every
+example with its output shown runs as written and prints that output."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from numi_mw.core.errors import ERROR_CODES
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BIN = Path(sys.executable).parent
+
+
+def blocks(page: Path, language: str) -> list[str]:
+    """The fenced code blocks of ``page`` in ``language``."""
+    return re.findall(rf"^```{language}\n(.*?)^```", page.read_text(), flags=re.MULTILINE | re.DOTALL)
+
+
+def examples(block: str) -> list[tuple[str, list[str]]]:
+    """``(command, expected output lines)`` for each command of a shell block: a command is a line (with its
+    ``\\`` continuations) that is not a comment; the ``# `` lines after it are what it prints."""
+    found: list[tuple[str, list[str]]] = []
+    lines = block.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip() or line.startswith("#"):
+            i += 1
+            continue
+        command = [line]
+        while command[-1].endswith("\\"):
+            i += 1
+            command.append(lines[i])
+        i += 1
+        expected: list[str] = []
+        while i < len(lines) and lines[i].startswith("# "):
+            expected.append(lines[i][2:])
+            i += 1
+        found.append(("\n".join(command), expected))
+    return found
+
+
+SHELL_EXAMPLES = [
+    pytest.param(command, expected, id=f"{page.name}:{n}")
+    for page in PAGES
+    for block in blocks(page, "bash")
+    if any(expected for _, expected in examples(block))
+    for n, (command, expected) in enumerate(examples(block))
+]
+
+
+def test_every_page_has_examples_that_run() -> None:
+    assert len(SHELL_EXAMPLES) >= 6
+
+
+@pytest.mark.parametrize(("command", "expected"), SHELL_EXAMPLES)
+def test_shell_examples_print_what_the_docs_show(command: str, expected: list[str]) -> None:
+    command = command.replace(".venv/bin/", f"{BIN}/")
+    result = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    if expected:
+        assert result.stdout.rstrip("\n").splitlines() == expected
+
+
+def python_examples() -> list[tuple[str, list[str]]]:
+    """Python blocks with output shown: ``# `` lines right after a line that prints."""
+    found: list[tuple[str, list[str]]] = []
+    for page in PAGES:
+        for block in blocks(page, "python"):
+            lines = block.splitlines()
+            expected = [
+                line.strip()[2:]
+                for before, line in itertools.pairwise(lines)
+                if line.strip().startswith("# ") and "print(" in before
+            ]
+            if expected:
+                found.append((block, expected))
+    return found
+
+
+@pytest.mark.parametrize(("code", "expected"), python_examples())
+def test_python_examples_print_what_the_docs_show(code: str, expected: list[str]) -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "<docs>", "exec"), {})
+    printed = [line for line in out.getvalue().splitlines() if line]
+    assert printed == expected
+
+
+def test_the_error_table_is_the_code_table() -> None:
+    rows = re.findall(r"^\| (.+?) \| (\d{3}) \| `(\w+)` \| .+ \|$", (ROOT / "docs/errors.md").read_text(), re.M)
+    assert rows
+    for situation, status, code in rows:
+        assert code in ERROR_CODES, code
+        assert ERROR_CODES[code][0] == int(status), situation
+    assert {code for _, _, code in rows} == set(ERROR_CODES)
+
+
+def test_no_other_page_repeats_the_error_table() -> None:
+    for page in PAGES:
+        if page.name != "errors.md":
+            assert "| `error.code` |" not in page.read_text(), page
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_links_resolve(page: Path) -> None:
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        if target.startswith(("http://", "https://")):
+            continue
+        path, _, fragment = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        assert linked.exists(), f"{page.name}: {target}"
+        if fragment and linked.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", linked.read_text(), re.M)
+            assert fragment in {anchor(h) for h in headings}, f"{page.name}: {target}"
+
+
+def test_the_readme_is_a_front_door() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150 or "## Contents" in lines
