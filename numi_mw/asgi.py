@@ -39,12 +39,18 @@ _CONTENT_LENGTH = frozenset((b"content-length",))
 
 
 def with_length(
-    headers: Iterable[tuple[bytes, bytes]], length: int | None, drop: frozenset[bytes] = _CONTENT_LENGTH
+    headers: Iterable[tuple[bytes, bytes]],
+    length: int | None,
+    drop: frozenset[bytes] = _CONTENT_LENGTH,
+    *,
+    lowered: bool = False,
 ) -> Headers:
     """``headers`` for a body whose length changed: without ``content-length`` (and the names in ``drop``, lower
     case), then ``content-length: length`` at the end when ``length`` (bytes) is given; ``None`` for a body of
-    no fixed length (a rewritten stream)."""
-    out = without_headers(headers, drop if b"content-length" in drop else drop | _CONTENT_LENGTH)
+    no fixed length (a rewritten stream). ``lowered``: the names are lower case already (an ASGI request's), so
+    they are compared as they are."""
+    names = drop if b"content-length" in drop else drop | _CONTENT_LENGTH
+    out = [(k, v) for k, v in headers if k not in names] if lowered else without_headers(headers, names)
     if length is not None:
         out.append((b"content-length", str(length).encode()))
     return out

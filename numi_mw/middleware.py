@@ -85,7 +85,8 @@ class ReasoningMiddleware:
             await send_error(send, error)
             return
         if prepared.changed:  # the app now gets the whole body at once: its length, no chunked framing
-            scope = {**scope, "headers": with_length(scope["headers"], len(prepared.body), _REQUEST_FRAMING)}
+            headers = with_length(scope["headers"], len(prepared.body), _REQUEST_FRAMING, lowered=True)
+            scope = {**scope, "headers": headers}
         elif accepts_encoding:
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"accept-encoding"]}
         options = self._excluding if prepared.controls.exclude else self._including

@@ -16,7 +16,7 @@ import pytest
 from numi_mw.core.errors import ERROR_CODES
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BIN = Path(sys.executable).parent
 
 
@@ -116,7 +116,7 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_links_resolve(page: Path) -> None:
     for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
         if target.startswith(("http://", "https://")):

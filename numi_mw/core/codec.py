@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -88,6 +89,22 @@ def encode_fallback(value: Any) -> bytes:
     """Encode a value from ``decode_fallback``: compact JSON with ASCII escapes (a lone surrogate stays the
     ``\\u`` escape it came as) and ``NaN`` / ``Infinity`` / ``-Infinity`` written as they came."""
     return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def fallback(data: bytes) -> tuple[Any, Callable[[Any], bytes]]:
+    """``(decode_fallback(data), encode_fallback)``: for data msgspec refused, the value the standard library reads
+    (or ``UNDECODABLE``) and the encoder that writes it back as it came."""
+    return decode_fallback(data), encode_fallback
+
+
+def decode_with_encoder(data: bytes) -> tuple[Any, Callable[[Any], bytes]]:
+    """Decode response bytes for a rewrite: ``(value, encode)``, where ``encode`` writes the rewritten value back
+    the way it came (msgspec's compact UTF-8, or ``encode_fallback`` for what only the standard library reads).
+    ``value`` is ``UNDECODABLE`` for bytes that are not decodable JSON."""
+    try:
+        return decoder.decode(data), encoder.encode
+    except (msgspec.DecodeError, RecursionError):
+        return fallback(data)
 
 
 def encode_lenient(value: Any) -> bytes:

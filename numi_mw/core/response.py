@@ -228,13 +228,12 @@ class SSERewriter:
         if self._prefilter and not may_hold_reasoning(data):
             return raw
         encode: Callable[[Any], bytes] = _encode
-        try:  # msgspec directly, not codec.decode_lenient: this runs once per event
+        try:  # msgspec inline, not codec.decode_with_encoder: this runs once per event
             value = _decode(data)
         except (msgspec.DecodeError, RecursionError):
-            value = codec.decode_fallback(data)
+            value, encode = codec.fallback(data)
             if value is codec.UNDECODABLE:
                 return raw
-            encode = codec.encode_fallback
         chunks = self._normalizer.normalize(value)
         if chunks is UNCHANGED:
             return raw
@@ -314,14 +313,7 @@ def normalize_completion_body(body: bytes, options: ResponseOptions) -> bytes:
     """
     if not options.exclude and options.think is None and not may_hold_reasoning(body):
         return body
-    try:
-        value = _decode(body)
-        fallback = False
-    except (msgspec.DecodeError, RecursionError):
-        value = codec.decode_fallback(body)
-        if value is codec.UNDECODABLE:
-            return body
-        fallback = True
-    if not normalize_completion(value, exclude=options.exclude, think=options.think):
+    value, encode = codec.decode_with_encoder(body)
+    if value is codec.UNDECODABLE or not normalize_completion(value, exclude=options.exclude, think=options.think):
         return body
-    return codec.encode_fallback(value) if fallback else codec.encode(value)
+    return encode(value)

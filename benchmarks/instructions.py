@@ -1,0 +1,119 @@
+"""Instructions per operation, counted by callgrind: figures that do not move with the machine's load.
+
+``python -m benchmarks.instructions`` runs each workload under ``valgrind --tool=callgrind`` twice, for ``N`` and
+``2N`` iterations, and prints the difference divided by ``N``: the instructions one iteration costs, start-up
+and imports cancelled out. ``PYTHONHASHSEED`` is fixed, so a second run gives the same figures to within a
+fraction of a percent. Compare two checkouts by running it in each (the workloads use only public names).
+
+Workloads (``--workloads`` picks some):
+
+- ``request.plain_2kb``, ``request.rewrite_2kb``, ``request.history_200kb``: ``prepare_request`` on the harness's
+  payloads for an OpenRouter route;
+- ``asgi.plain_2kb``, ``asgi.rewrite_2kb``: one request through ``ReasoningMiddleware`` around the bare app;
+- ``stream.spec_2000``: the 2,000-event spec-shaped stream through one ``SSERewriter`` (per stream).
+
+Needs valgrind (Debian's ``valgrind`` package); each workload takes about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+
+WORKLOADS: dict[str, int] = {
+    "request.plain_2kb": 200,
+    "request.rewrite_2kb": 200,
+    "request.history_200kb": 4,
+    "asgi.plain_2kb": 200,
+    "asgi.rewrite_2kb": 200,
+    "stream.spec_2000": 2,
+}
+"""Each workload with its ``N`` (iterations of the shorter run)."""
+
+
+def _workload(name: str) -> Callable[[int], None]:
+    from benchmarks import payloads
+    from benchmarks.inprocess import _scope, bare_app, call_asgi
+    from numi_mw import ReasoningMiddleware, ResponseOptions, SSERewriter, fixed_route, prepare_request, provider_rules
+
+    route = fixed_route(provider_rules("openrouter"))
+    if name.startswith("request."):
+        body = {
+            "request.plain_2kb": payloads.plain_2kb,
+            "request.rewrite_2kb": payloads.request_2kb,
+            "request.history_200kb": payloads.history_200kb,
+        }[name]()
+
+        def run_requests(n: int) -> None:
+            for _ in range(n):
+                prepare_request(body, route)
+
+        return run_requests
+    if name.startswith("asgi."):
+        app = ReasoningMiddleware(bare_app(), provider="openrouter")
+        body = payloads.plain_2kb() if name == "asgi.plain_2kb" else payloads.request_2kb()
+        scope = _scope(body)
+
+        async def calls(n: int) -> None:
+            for _ in range(n):
+                await call_asgi(app, scope, body)
+
+        return lambda n: asyncio.run(calls(n))
+    events = payloads.spec_stream_events(2000)
+
+    def run_streams(n: int) -> None:
+        for _ in range(n):
+            rewriter = SSERewriter(ResponseOptions())
+            for event in events:
+                rewriter.feed(event)
+            rewriter.finish()
+
+    return run_streams
+
+
+def _count(name: str, n: int) -> int:
+    """Instructions of a whole ``python -m benchmarks.instructions --run NAME N`` under callgrind."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "callgrind.out")
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
+        result = subprocess.run(
+            [*command, "-m", "benchmarks.instructions", "--run", name, str(n)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+            timeout=600,
+            check=True,
+        )
+    found = re.search(r"Collected : (\d+)", result.stderr)
+    if found is None:
+        raise RuntimeError(f"callgrind printed no count for {name}: {result.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__.split("\n")[0])
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated workload names")
+    parser.add_argument("--run", nargs=2, metavar=("NAME", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run:
+        _workload(args.run[0])(int(args.run[1]))
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
+    for name in args.workloads.split(","):
+        n = WORKLOADS[name]
+        per = (_count(name, 2 * n) - _count(name, n)) // n
+        print(f"{name:24s} {per:>12,} instructions per {'stream' if name.startswith('stream') else 'call'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
