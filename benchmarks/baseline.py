@@ -151,3 +151,99 @@ class StreamNormalizer:
         if isinstance(chunk, dict):
             _normalize_chunk(chunk)
         return b"data: " + _dumps(chunk) + b"\n\n"
+
+
+class _NativeStream:
+    """A native stream translated to chat chunks with ``json``, as one would write it by hand: split at blank
+    lines, ``json.loads`` each data line, one chat chunk per reasoning, text or tool event, ``json.dumps`` it.
+    The same ``feed`` / ``finish`` interface as ``StreamNormalizer``; subclasses map one event."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.id: Any = None
+        self.model: Any = None
+
+    def feed(self, chunk: bytes) -> bytes:
+        self.buffer += chunk
+        out: list[bytes] = []
+        while (end := self.buffer.find(b"\n\n")) != -1:
+            event, self.buffer = self.buffer[: end + 2], self.buffer[end + 2 :]
+            out.append(self._event(event))
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        rest, self.buffer = self.buffer, b""
+        return (self._event(rest) if rest else b"") + b"data: [DONE]\n\n"
+
+    def _event(self, event: bytes) -> bytes:
+        data = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
+        if not data or data == [b"[DONE]"]:
+            return b""
+        try:
+            value = json.loads(b"\n".join(data))
+        except ValueError:
+            return b""
+        delta, finish = self.translate(value)
+        if delta is None:
+            return b""
+        chunk = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        return b"data: " + _dumps(chunk) + b"\n\n"
+
+    def translate(self, value: Any) -> tuple[dict[str, Any] | None, str | None]:
+        raise NotImplementedError
+
+
+class AnthropicStream(_NativeStream):
+    """Anthropic Messages events to chat chunks with ``json``."""
+
+    def translate(self, value: Any) -> tuple[dict[str, Any] | None, str | None]:
+        kind = value.get("type")
+        if kind == "message_start":
+            self.id, self.model = value["message"].get("id"), value["message"].get("model")
+            return {"role": "assistant", "content": ""}, None
+        if kind == "content_block_delta":
+            delta = value["delta"]
+            if delta["type"] == "thinking_delta" and delta["thinking"]:
+                detail = {"type": "reasoning.text", "text": delta["thinking"], "format": "anthropic-claude-v1"}
+                return {"reasoning": delta["thinking"], "reasoning_details": [detail]}, None
+            if delta["type"] == "signature_delta":
+                detail = {"type": "reasoning.text", "signature": delta["signature"], "format": "anthropic-claude-v1"}
+                return {"reasoning_details": [detail]}, None
+            if delta["type"] == "text_delta":
+                return {"content": delta["text"]}, None
+        if kind == "message_delta":
+            return {}, {"end_turn": "stop", "tool_use": "tool_calls"}.get(value["delta"].get("stop_reason"), "stop")
+        return None, None
+
+
+class ResponsesStream(_NativeStream):
+    """OpenAI Responses events to chat chunks with ``json``."""
+
+    def translate(self, value: Any) -> tuple[dict[str, Any] | None, str | None]:
+        kind = value.get("type")
+        if kind == "response.created":
+            self.id, self.model = value["response"].get("id"), value["response"].get("model")
+            return {"role": "assistant", "content": ""}, None
+        if kind == "response.reasoning_summary_text.delta":
+            detail = {"type": "reasoning.summary", "summary": value["delta"], "format": "openai-responses-v1"}
+            return {"reasoning": value["delta"], "reasoning_details": [detail]}, None
+        if kind == "response.output_item.done" and value["item"].get("type") == "reasoning":
+            item = value["item"]
+            detail = {
+                "type": "reasoning.encrypted",
+                "data": item.get("encrypted_content"),
+                "id": item.get("id"),
+                "format": "openai-responses-v1",
+            }
+            return {"reasoning_details": [detail]}, None
+        if kind == "response.output_text.delta":
+            return {"content": value["delta"]}, None
+        if kind == "response.completed":
+            return {}, "stop"
+        return None, None

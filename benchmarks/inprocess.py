@@ -20,9 +20,10 @@ from benchmarks import baseline, payloads
 from benchmarks.config import Config
 from benchmarks.timing import BatchRunner, Measurement, interleave, ratios, sync_runner, timed_ratio
 from numi_mw import ReasoningMiddleware
+from numi_mw.core.adapters import Answer
 from numi_mw.core.providers import provider_rules
 from numi_mw.core.request import prepare_request
-from numi_mw.core.response import ResponseOptions, SSERewriter
+from numi_mw.core.response import ResponseOptions, SSERewriter, choose_rewriter
 from numi_mw.core.sse import SSEDecoder
 
 PROVIDER = "openrouter"
@@ -388,6 +389,53 @@ def stream_measurements(name: str, label: str, events: list[bytes], rounds: int,
     ]
 
 
+def _numi_native(wire: str, events: list[bytes]) -> Callable[[], bytes]:
+    options = ResponseOptions(wire_api=wire, answer=Answer())  # type: ignore[arg-type]
+
+    def run() -> bytes:
+        rewriter = choose_rewriter(options, 200, "text/event-stream")
+        assert rewriter is not None
+        out = [rewriter.feed(event) for event in events]
+        out.append(rewriter.finish())
+        return b"".join(out)
+
+    return run
+
+
+def _baseline_native(wire: str, events: list[bytes]) -> Callable[[], bytes]:
+    kind = baseline.AnthropicStream if wire == "anthropic-messages" else baseline.ResponsesStream
+
+    def run() -> bytes:
+        translator = kind()
+        out = [translator.feed(event) for event in events]
+        out.append(translator.finish())
+        return b"".join(out)
+
+    return run
+
+
+def native_stream_measurement(wire: str, events: list[bytes], rounds: int, batch: float) -> Measurement:
+    """One translated wire API's recorded stream: numi_mw's translation and normalization against a
+    straightforward ``json`` translation of the same events (``baseline.AnthropicStream``, ``ResponsesStream``)."""
+    numi, base = _numi_native(wire, events), _baseline_native(wire, events)
+    if not numi().endswith(b"data: [DONE]\n\n"):
+        raise RuntimeError(f"{wire}: numi_mw did not translate the whole stream")
+    base()
+    samples = _per_event(
+        interleave({"numi_mw": sync_runner(numi), "baseline (json)": sync_runner(base)}, rounds, batch), len(events)
+    )
+    return timed_ratio(
+        f"stream.adapter.{wire}",
+        f"{wire} stream translated to chat chunks vs a stdlib-json translation (speedup per event)",
+        samples,
+        "baseline (json)",
+        "numi_mw",
+        ">=",
+        2.0,
+        extra={"events": len(events)},
+    )
+
+
 def run_stream(config: Config) -> list[Measurement]:
     out = stream_measurements(
         "stream.spec_2000",
@@ -404,4 +452,7 @@ def run_stream(config: Config) -> list[Measurement]:
             config.fixture_rounds,
             config.batch_seconds,
         )
+    for wire, raw in payloads.native_streams().items():
+        events = payloads.split_events(raw)
+        out.append(native_stream_measurement(wire, events, config.fixture_rounds, config.batch_seconds))
     return out

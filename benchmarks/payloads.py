@@ -296,6 +296,20 @@ def fixture_streams() -> dict[str, bytes]:
     return {path.stem: path.read_bytes() for path in sorted(FIXTURES.glob("*.sse"))}
 
 
+NATIVE_STREAMS = {
+    "anthropic-messages": "anthropic-messages/anthropic-sonnet-4-thinking-stream.sse",
+    "openai-responses": "openai-responses/openai-o3-mini-summary-deltas.sse",
+}
+"""One recorded stream per translated wire API (``../shared/fixtures/``): thinking then text, and four summary
+parts then text."""
+
+
+def native_streams() -> dict[str, bytes]:
+    """The recorded stream of each translated wire API by its name; empty when ``../shared`` is absent."""
+    root = FIXTURES.parent
+    return {wire: (root / name).read_bytes() for wire, name in NATIVE_STREAMS.items() if (root / name).is_file()}
+
+
 COMPLETION: dict[str, Any] = {
     "id": "gen-bench-1",
     "object": "chat.completion",

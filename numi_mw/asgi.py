@@ -5,11 +5,14 @@ No reasoning rules here; they are all in ``numi_mw.core``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 from starlette.types import Receive, Send
 
 from numi_mw.core.errors import ApiError, payload_too_large
+from numi_mw.core.think import THINK_STARTS, ThinkTags
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -36,6 +39,21 @@ def without_headers(headers: Iterable[tuple[bytes, bytes]], names: frozenset[byt
 
 
 _CONTENT_LENGTH = frozenset((b"content-length",))
+
+ADJUSTMENTS = b"x-numi-mw-adjustments"
+"""The response header that lists what numi_mw changed so that the provider accepts a request
+(``PreparedRequest.adjustments``; ``docs/wire-apis.md``)."""
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+=\-]")
+
+
+def adjustments_header(adjustments: list[str]) -> list[tuple[bytes, bytes]]:
+    """The ``x-numi-mw-adjustments`` header for ``adjustments`` (none when empty): the entries joined with ``, ``,
+    any character outside letters, digits and ``_ . + = -`` (a client's attribute name can hold anything) as
+    ``?``."""
+    if not adjustments:
+        return []
+    return [(ADJUSTMENTS, ", ".join(_UNSAFE.sub("?", entry) for entry in adjustments).encode())]
 
 
 def with_length(
@@ -100,6 +118,37 @@ async def read_body(receive: Receive, limit: int, declared: bytes | None = None)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def check_options(
+    *, max_body_bytes: object, think_tags: object, think_start: object, preserve_reasoning: object
+) -> None:
+    """Check the options both shells take, when they are given.
+
+    Raises:
+        ValueError: ``max_body_bytes`` is not a positive whole number (bytes); ``think_tags`` is not ``None``, a
+            boolean or a ``ThinkTags``; ``think_start`` is not one of ``content``, ``reasoning``, ``auto``;
+            ``preserve_reasoning`` is not a boolean.
+    """
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
+        raise ValueError(f"max_body_bytes must be a positive whole number of bytes, not {max_body_bytes!r}")
+    if think_tags is not None and not isinstance(think_tags, bool | ThinkTags):
+        raise ValueError(f"think_tags must be None, true, false or a ThinkTags, not {think_tags!r}")
+    if think_start not in THINK_STARTS:
+        raise ValueError(f"think_start must be one of {', '.join(THINK_STARTS)}, not {think_start!r}")
+    if not isinstance(preserve_reasoning, bool):
+        raise ValueError(f"preserve_reasoning must be true or false, not {preserve_reasoning!r}")
+
+
+def check_upstream(url: str) -> None:
+    """Check an upstream base URL when it is given.
+
+    Raises:
+        ValueError: ``url`` is not an ``http://`` or ``https://`` URL with a host.
+    """
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"the upstream must be an http:// or https:// URL with a host, not {url!r}")
 
 
 async def send_error(send: Send, error: ApiError) -> None:

@@ -13,11 +13,21 @@ from numi_mw.core.catalog import CatalogError, unknown_keys
 from numi_mw.core.codec import decoder, encode, encode_lenient
 from numi_mw.core.details import fragments_from_body, rebuild_reasoning_details
 from numi_mw.core.errors import ApiError
-from numi_mw.core.providers import PROVIDERS, ProviderRules, provider_rules
+from numi_mw.core.providers import PROVIDERS, WIRE_API_NAMES, ProviderRules, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request
-from numi_mw.core.response import ResponseOptions, choose_rewriter, think_tags_for
+from numi_mw.core.response import choose_rewriter, response_options, think_tags_for
 from numi_mw.core.routing import fixed_route
 from numi_mw.core.think import THINK_STARTS, ThinkTags
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to 65535)")
+    return value
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
@@ -47,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         "--provider", choices=sorted(PROVIDERS), help="the upstream's rules (default: inferred from its host)"
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")
+    serve.add_argument("--port", type=_port, default=8787, help="port to listen on, 1 to 65535 (default 8787)")
     serve.add_argument(
         "--max-body-bytes", type=_positive(int), default=DEFAULT_MAX_BODY_BYTES, help="request body limit in bytes"
     )
@@ -55,13 +65,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
     _think_arguments(serve)
     _preserve_argument(serve)
+    _wire_argument(serve)
 
     response = commands.add_parser(
         "response", help="read an upstream response (JSON or SSE) on stdin, write what the client receives"
     )
     response.add_argument("--request", required=True, metavar="REQUEST.json", help="the client's request body")
-    response.add_argument("--provider", choices=sorted(PROVIDERS), default="generic", help="target provider")
+    response.add_argument(
+        "--provider", choices=sorted(PROVIDERS), default="generic", help="target provider (default: generic)"
+    )
     _think_arguments(response)
+    _wire_argument(response)
 
     commands.add_parser(
         "rebuild",
@@ -71,12 +85,15 @@ def _parser() -> argparse.ArgumentParser:
     request = commands.add_parser(
         "request", help="read a client request body on stdin, write the body sent upstream on stdout"
     )
-    request.add_argument("--provider", choices=sorted(PROVIDERS), default="generic", help="target provider")
+    request.add_argument(
+        "--provider", choices=sorted(PROVIDERS), default="generic", help="target provider (default: generic)"
+    )
     request.add_argument(
         "--catalog", metavar="FILE", help="route through this catalog; prints {route, body} instead of the body"
     )
     request.add_argument("--session-id", help="the x-session-id header the request would carry")
     _preserve_argument(request)
+    _wire_argument(request)
 
     catalog = commands.add_parser("catalog", help="model catalog tools")
     catalog_commands = catalog.add_subparsers(dest="catalog_command", required=True, metavar="COMMAND")
@@ -85,11 +102,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _wire_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wire-api",
+        choices=WIRE_API_NAMES,
+        default=None,
+        help="with one upstream: the wire API it speaks (default openai-chat): clients keep speaking chat "
+        "completions, numi_mw translates to anthropic-messages or openai-responses and back",
+    )
+
+
 def _preserve_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--preserve-reasoning",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=None,
         help="with one upstream: replay reasoning in history where the provider takes it (default: on; "
         "a catalog says it per model)",
     )
@@ -123,13 +150,13 @@ def _response(args: argparse.Namespace) -> int:
         sys.stderr.write(f"numi-mw response: cannot read --request {args.request}: {exc.strerror}\n")
         return 2
     try:
-        prepared = prepare_request(request_body, rules)
+        prepared = prepare_request(request_body, fixed_route(rules, wire_api=args.wire_api))
     except ApiError as error:
         sys.stdout.buffer.write(error.to_bytes() + b"\n")
         return 1
     body = sys.stdin.buffer.read()
-    options = ResponseOptions(exclude=prepared.controls.exclude, think=_think(args, rules))
-    # no headers on stdin: a body that opens like JSON is a buffered completion, anything else a stream
+    options = response_options(prepared.translation, prepared.controls.exclude, _think(args, rules))
+    # no headers on stdin: a body that opens like JSON is a buffered answer, anything else a stream
     content_type = "application/json" if body.lstrip()[:1] in (b"{", b"[") else "text/event-stream"
     rewriter = choose_rewriter(options, 200, content_type)
     assert rewriter is not None  # both content types have one
@@ -172,22 +199,33 @@ def _serve(args: argparse.Namespace) -> int:
     if args.upstream is None and args.provider is not None:
         sys.stderr.write("numi-mw serve: --provider goes with --upstream; a catalog names each provider\n")
         return 2
+    if args.upstream is None and (args.wire_api is not None or args.preserve_reasoning is not None):
+        sys.stderr.write(
+            "numi-mw serve: --wire-api and --preserve-reasoning go with --upstream; a catalog says them per "
+            "provider and model\n"
+        )
+        return 2
     if args.upstream is None:
         try:
             catalog = read_catalog(args.catalog) if args.catalog else default_catalog()
         except CatalogError as error:
             sys.stderr.write(f"numi-mw serve: {error}\n")
             return 2
-    app = create_app(
-        args.upstream,
-        catalog=catalog,
-        provider=args.provider,
-        max_body_bytes=args.max_body_bytes,
-        timeout=httpx.Timeout(args.timeout, connect=10.0),
-        think_tags=args.think_tags,
-        think_start=args.think_start,
-        preserve_reasoning=args.preserve_reasoning,
-    )
+    try:
+        app = create_app(
+            args.upstream,
+            catalog=catalog,
+            provider=args.provider,
+            max_body_bytes=args.max_body_bytes,
+            timeout=httpx.Timeout(args.timeout, connect=10.0),
+            think_tags=args.think_tags,
+            think_start=args.think_start,
+            preserve_reasoning=args.preserve_reasoning is not False,
+            wire_api=args.wire_api,
+        )
+    except ValueError as error:
+        sys.stderr.write(f"numi-mw serve: {error}\n")
+        return 2
     # The upstream's own date and server headers pass through; uvicorn adds none of its own.
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, server_header=False, date_header=False)
     return 0
@@ -197,6 +235,12 @@ def _request(args: argparse.Namespace) -> int:
     if args.session_id and not args.catalog:
         sys.stderr.write("numi-mw request: --session-id needs --catalog\n")
         return 2
+    if args.catalog and (args.wire_api or args.preserve_reasoning is not None):
+        sys.stderr.write(
+            "numi-mw request: --wire-api and --preserve-reasoning go with one provider; a catalog says them per "
+            "provider and model\n"
+        )
+        return 2
     target: Any
     if args.catalog:
         try:
@@ -205,7 +249,8 @@ def _request(args: argparse.Namespace) -> int:
             sys.stderr.write(f"numi-mw request: {error}\n")
             return 2
     else:
-        target = fixed_route(provider_rules(args.provider), preserve=args.preserve_reasoning)
+        preserve = args.preserve_reasoning is not False
+        target = fixed_route(provider_rules(args.provider), preserve=preserve, wire_api=args.wire_api)
     body = sys.stdin.buffer.read()
     headers = {"x-session-id": args.session_id} if args.session_id else {}
     try:

@@ -10,15 +10,25 @@ the details.
 
 from __future__ import annotations
 
+import time
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from numi_mw.asgi import read_body, send_error, with_length
+from numi_mw.asgi import adjustments_header, check_options, read_body, send_error, with_length
 from numi_mw.core.errors import ApiError
-from numi_mw.core.providers import ProviderRules, provider_rules
+from numi_mw.core.providers import WIRE_API_NAMES, ProviderRules, WireApi, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
-from numi_mw.core.response import JSONRewriter, ResponseOptions, SSERewriter, choose_rewriter, think_tags_for
+from numi_mw.core.response import (
+    BodyRewriter,
+    ResponseOptions,
+    Rewriter,
+    StreamRewriter,
+    choose_rewriter,
+    response_options,
+    think_tags_for,
+)
 from numi_mw.core.routing import fixed_route
-from numi_mw.core.think import THINK_STARTS, ThinkStart, ThinkTags
+from numi_mw.core.think import ThinkStart, ThinkTags
 
 
 class ReasoningMiddleware:
@@ -37,10 +47,14 @@ class ReasoningMiddleware:
         preserve_reasoning: replay reasoning in history where the provider takes it (spec 000 "The Message
             Preparation Filter", with preservation on); ``False`` filters as the table's "preservation
             disabled" rows say.
+        wire_api: the wire API the app forwards to: ``openai-chat`` (default), ``anthropic-messages`` or
+            ``openai-responses``. With a native one the app receives the translated request body (which it
+            sends to ``/v1/messages`` or ``/v1/responses``) and its native answer goes back to the client as a
+            chat completion (``docs/wire-apis.md``).
 
     Raises:
-        ValueError: ``provider`` is not a known provider name, ``max_body_bytes`` is not a positive whole
-            number, or ``think_start`` is not one of ``content``, ``reasoning``, ``auto``.
+        ValueError: ``provider`` is not a known provider name, ``wire_api`` not a known wire API, or another
+            option has the wrong type or range (``asgi.check_options``).
 
     Bad requests on a chat completions path (not JSON, wrong shape) get the OpenAI-style error body with
     status 400 and never reach the wrapped app (``docs/errors.md``).
@@ -55,14 +69,19 @@ class ReasoningMiddleware:
         think_tags: bool | ThinkTags | None = None,
         think_start: ThinkStart = "content",
         preserve_reasoning: bool = True,
+        wire_api: WireApi = "openai-chat",
     ) -> None:
-        if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
-            raise ValueError(f"max_body_bytes must be a positive whole number of bytes, not {max_body_bytes!r}")
-        if think_start not in THINK_STARTS:
-            raise ValueError(f"think_start must be one of {', '.join(THINK_STARTS)}, not {think_start!r}")
+        check_options(
+            max_body_bytes=max_body_bytes,
+            think_tags=think_tags,
+            think_start=think_start,
+            preserve_reasoning=preserve_reasoning,
+        )
+        if wire_api not in WIRE_API_NAMES:
+            raise ValueError(f"wire_api must be one of {', '.join(WIRE_API_NAMES)}, not {wire_api!r}")
         self.app = app
         self.rules = provider if isinstance(provider, ProviderRules) else provider_rules(provider)
-        self.route = fixed_route(self.rules, preserve=preserve_reasoning)
+        self.route = fixed_route(self.rules, preserve=preserve_reasoning, wire_api=wire_api)
         self.max_body_bytes = max_body_bytes
         self.think = think_tags_for(self.rules, think_tags, think_start)
         self._including = ResponseOptions(exclude=False, think=self.think)
@@ -89,8 +108,14 @@ class ReasoningMiddleware:
             scope = {**scope, "headers": headers}
         elif accepts_encoding:
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"accept-encoding"]}
-        options = self._excluding if prepared.controls.exclude else self._including
-        await self.app(scope, _Replay(prepared.body, receive), _NormalizingSend(options, send))
+        if prepared.translation is None:
+            options = self._excluding if prepared.controls.exclude else self._including
+        else:
+            options = response_options(
+                prepared.translation, prepared.controls.exclude, self.think, created=int(time.time())
+            )
+        extra = adjustments_header(prepared.adjustments)
+        await self.app(scope, _Replay(prepared.body, receive), _NormalizingSend(options, send, extra))
 
 
 _REQUEST_FRAMING = frozenset((b"content-length", b"transfer-encoding", b"accept-encoding"))
@@ -134,15 +159,17 @@ class _Replay:
 
 class _NormalizingSend:
     """The wrapped app's ``send``: its response through the rewriter ``choose_rewriter`` picks at the start (an
-    SSE stream event by event, a JSON body whole), or untouched when it picks none."""
+    SSE stream event by event, a JSON body whole), or untouched when it picks none. ``extra`` headers (the
+    ``x-numi-mw-adjustments`` one, or none) go on the response start."""
 
-    __slots__ = ("options", "rewriter", "send", "split", "start", "started")
+    __slots__ = ("extra", "options", "rewriter", "send", "split", "start", "started")
 
-    def __init__(self, options: ResponseOptions, send: Send) -> None:
+    def __init__(self, options: ResponseOptions, send: Send, extra: list[tuple[bytes, bytes]] | None = None) -> None:
         self.options = options
         self.send = send
+        self.extra = extra
         self.started = False
-        self.rewriter: SSERewriter | JSONRewriter | None = None
+        self.rewriter: Rewriter | None = None
         self.start: Message = {}
         self.split = False  # the JSON body came in more than one message
 
@@ -151,10 +178,12 @@ class _NormalizingSend:
         if rewriter is None:
             if not self.started and message["type"] == "http.response.start":
                 self.started = True
+                if self.extra:
+                    message = {**message, "headers": [*message.get("headers", ()), *self.extra]}
                 rewriter = self.rewriter = self._choose(message)
                 if rewriter is None:
                     await self.send(message)
-                elif isinstance(rewriter, SSERewriter):
+                elif isinstance(rewriter, StreamRewriter):
                     self.start = {**message, "headers": with_length(message.get("headers", ()), None)}
                     await self.send(self.start)
                 else:
@@ -163,7 +192,7 @@ class _NormalizingSend:
             await self.send(message)
         elif message["type"] != "http.response.body":
             await self.send(message)
-        elif isinstance(rewriter, SSERewriter):
+        elif isinstance(rewriter, StreamRewriter):
             more = message.get("more_body", False)
             out = rewriter.feed(message.get("body", b""))
             if not more:
@@ -171,9 +200,9 @@ class _NormalizingSend:
             if out or not more:
                 await self.send({"type": "http.response.body", "body": out, "more_body": more})
         else:
-            await self._json_body(rewriter, message)
+            await self._whole_body(rewriter, message)
 
-    def _choose(self, start: Message) -> SSERewriter | JSONRewriter | None:
+    def _choose(self, start: Message) -> Rewriter | None:
         content_type = encoding = None
         for key, value in start.get("headers", ()):
             name = key.lower()
@@ -184,7 +213,7 @@ class _NormalizingSend:
         # a body the app compressed cannot be read here: no rewriter, it goes out as the app sent it
         return choose_rewriter(self.options, start["status"], content_type, encoding)
 
-    async def _json_body(self, rewriter: JSONRewriter, message: Message) -> None:
+    async def _whole_body(self, rewriter: BodyRewriter, message: Message) -> None:
         rewriter.feed(message.get("body", b""))
         if message.get("more_body", False):
             self.split = True
@@ -197,5 +226,8 @@ class _NormalizingSend:
                 await self.send(message)
                 return
         else:
-            await self.send({**start, "headers": with_length(start.get("headers", ()), len(out))})
+            start = {**start, "headers": with_length(start.get("headers", ()), len(out))}
+            if rewriter.status is not None:
+                start["status"] = rewriter.status
+            await self.send(start)
         await self.send({"type": "http.response.body", "body": out, "more_body": False})

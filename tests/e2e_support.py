@@ -120,6 +120,8 @@ class ReplayUpstream:
         return Starlette(
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/messages", self.chat, methods=["POST"]),
+                Route("/v1/responses", self.chat, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/{path:path}", self.other, methods=["GET", "POST"]),
             ]

@@ -112,6 +112,15 @@ def test_defaults_for_optional_fields() -> None:
     assert model.endpoints[0].pricing is None
 
 
+def test_unsupported_effort_defaults_to_refuse_and_reads_nearest() -> None:
+    # refuse is spec 004's 400 ("Routing requirements"); nearest is spec 000's "normalized to the model's
+    # supported levels" (tests/test_routing.py routes both end to end)
+    catalog = load_catalog(BASE, "catalog.toml")
+    assert [m.unsupported_effort for m in catalog.models] == ["refuse", "refuse"]
+    text = BASE.replace('id = "openai/gpt-6-luna"', 'id = "openai/gpt-6-luna"\nunsupported_effort = "nearest"')
+    assert load_catalog(text, "catalog.toml").models[1].unsupported_effort == "nearest"
+
+
 def test_every_capability_field_is_optional() -> None:
     text = BASE.replace('tag = "deepseek"', 'tag = "deepseek"\nreasoning = {}')
     assert load_catalog(text, "c.toml").models[0].endpoints[0].reasoning == ReasoningCapabilities()
@@ -197,6 +206,21 @@ ERRORS: list[tuple[str, str, str, str | None, str | None]] = [
         "use one of: effort, enabled, native, none",
         'models[1] (id "openai/gpt-6-luna")',
         "reasoning_mode",
+    ),
+    (
+        "unknown unsupported_effort choice",
+        BASE.replace('id = "openai/gpt-6-luna"', 'id = "openai/gpt-6-luna"\nunsupported_effort = "closest"'),
+        "catalog.toml: models[1] (id \"openai/gpt-6-luna\"): unsupported_effort: invalid enum value 'closest'; "
+        "use one of: refuse, nearest",
+        'models[1] (id "openai/gpt-6-luna")',
+        "unsupported_effort",
+    ),
+    (
+        "unsupported_effort of the wrong type",
+        BASE.replace('id = "openai/gpt-6-luna"', 'id = "openai/gpt-6-luna"\nunsupported_effort = true'),
+        'catalog.toml: models[1] (id "openai/gpt-6-luna"): unsupported_effort: expected str, got bool',
+        'models[1] (id "openai/gpt-6-luna")',
+        "unsupported_effort",
     ),
     (
         "unknown wire API",
@@ -313,18 +337,34 @@ def test_packaged_default_catalog_uses_the_spec_000_combination() -> None:
             base_url="https://openrouter.ai/api/v1",
             wire_api="openai-chat",
             api_key_env="OPENROUTER_API_KEY",
-        )
+        ),
+        # the direct providers speak their own wire APIs, which numi_mw translates
+        Provider(
+            name="anthropic",
+            base_url="https://api.anthropic.com/v1",
+            wire_api="anthropic-messages",
+            api_key_env="ANTHROPIC_API_KEY",
+        ),
+        Provider(
+            name="openai",
+            base_url="https://api.openai.com/v1",
+            wire_api="openai-responses",
+            api_key_env="OPENAI_API_KEY",
+        ),
     ]
     assert [m.id for m in catalog.models] == [
         "openai/gpt-5-mini",
         "anthropic/claude-sonnet-4.5",
         "deepseek/deepseek-r1",
         "z-ai/glm-4.6",
+        "claude-sonnet-4-5",
+        "gpt-5-mini",
     ]
+    direct = {"claude-sonnet-4-5": "anthropic", "gpt-5-mini": "openai"}
     for model in catalog.models:
         assert (model.reasoning_mode, model.preserve_reasoning) == ("effort", True)
         for endpoint in model.endpoints:
-            assert endpoint.provider == "openrouter"
+            assert endpoint.provider == direct.get(model.id, "openrouter")
             assert endpoint.supported_parameters is not None
             assert "reasoning" in endpoint.supported_parameters
 

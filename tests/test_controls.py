@@ -138,19 +138,26 @@ def test_effort_provider_enabled_false_sends_none() -> None:
     assert body == {"model": "m", "reasoning_effort": "none"}
 
 
-def test_effort_provider_enabled_false_wins_over_an_effort() -> None:
-    body, _ = send({"model": "m", "reasoning": {"effort": "high", "enabled": False}}, "deepseek")
-    assert body == {"model": "m", "reasoning_effort": "none"}
+@pytest.mark.parametrize(
+    ("provider", "off"), [("openai", {"reasoning_effort": "none"}), ("deepseek", {"thinking": {"type": "disabled"}})]
+)
+def test_effort_provider_enabled_false_wins_over_an_effort(provider: str, off: dict[str, Any]) -> None:
+    # DeepSeek's chat completions switch is thinking.type; reasoning_effort carries only the level
+    body, _ = send({"model": "m", "reasoning": {"effort": "high", "enabled": False}}, provider)
+    assert body == {"model": "m", **off}
 
 
-def test_effort_provider_enabled_true_sends_nothing() -> None:
+def test_effort_provider_enabled_true_sends_the_default_level() -> None:
+    # "true asks for reasoning without choosing a level": gpt-5.1 and later do not reason unless asked
     body, _ = send({"model": "m", "reasoning": {"enabled": True}, "messages": MSGS}, "openai")
-    assert body == {"model": "m", "messages": MSGS}
+    assert body == {"model": "m", "reasoning_effort": "medium", "messages": MSGS}
 
 
-def test_effort_provider_keeps_object_when_it_carries_more_than_an_effort() -> None:
+def test_effort_provider_translates_the_effort_beside_a_budget_it_cannot_take() -> None:
+    # OpenAI's chat completions have no reasoning budget and refuse a reasoning object: the effort goes as
+    # reasoning_effort, the budget is dropped and noted (tests/test_providers.py)
     body, _ = send({"model": "m", "reasoning_effort": "high", "reasoning": {"max_tokens": 900}}, "openai")
-    assert body == {"model": "m", "reasoning": {"max_tokens": 900, "effort": "high"}}
+    assert body == {"model": "m", "reasoning_effort": "high"}
 
 
 def test_local_sends_include_reasoning_false_when_excluded() -> None:
@@ -161,20 +168,21 @@ def test_local_sends_include_reasoning_false_when_excluded() -> None:
 @pytest.mark.parametrize(
     ("reasoning", "thinking"),
     [
-        ({"effort": "high"}, {"type": "enabled", "clear_thinking": False}),
-        ({"enabled": True}, {"type": "enabled", "clear_thinking": False}),
-        ({"effort": "none"}, {"type": "disabled"}),
-        ({"enabled": False}, {"type": "disabled"}),
+        ({"effort": "high"}, {"thinking": {"type": "enabled", "clear_thinking": False}, "reasoning_effort": "high"}),
+        ({"enabled": True}, {"thinking": {"type": "enabled", "clear_thinking": False}}),
+        ({"effort": "none"}, {"thinking": {"type": "disabled"}}),
+        ({"enabled": False}, {"thinking": {"type": "disabled"}}),
     ],
 )
 def test_zai_gets_thinking(reasoning: dict[str, Any], thinking: dict[str, Any]) -> None:
+    # the effort also goes as reasoning_effort (GLM-5.2 and later read it)
     body, _ = send({"model": "glm-4.7", "reasoning": reasoning, "messages": MSGS}, "zai")
-    assert body == {"model": "glm-4.7", "thinking": thinking, "messages": MSGS}
+    assert body == {"model": "glm-4.7", **thinking, "messages": MSGS}
 
 
 def test_zai_keeps_the_clients_own_thinking() -> None:
     body, _ = send({"model": "glm-4.7", "thinking": {"type": "disabled"}, "reasoning_effort": "high"}, "zai")
-    assert body == {"model": "glm-4.7", "thinking": {"type": "disabled"}}
+    assert body == {"model": "glm-4.7", "thinking": {"type": "disabled"}, "reasoning_effort": "high"}
 
 
 @pytest.mark.parametrize(
@@ -210,11 +218,11 @@ def test_anthropic_generated_budget_without_room_sends_no_thinking() -> None:
     assert body == {"model": "claude", "max_tokens": 500}
 
 
-def test_anthropic_unknown_effort_is_a_clear_400() -> None:
-    with pytest.raises(ApiError) as info:
-        send({"model": "claude", "reasoning_effort": "ultra"}, "anthropic")
-    assert info.value.status == 400
-    assert info.value.param == "reasoning.effort"
+def test_anthropic_unknown_effort_gets_the_default_budget() -> None:
+    # Anthropic has no field for an effort (its OpenAI endpoint ignores reasoning_effort): an effort with no
+    # budget is dropped, noted as effort-dropped (tests/test_providers.py), and thinking takes medium's budget
+    body, _ = send({"model": "claude", "reasoning_effort": "ultra"}, "anthropic")
+    assert body == {"model": "claude", "thinking": {"type": "enabled", "budget_tokens": 8192}}
 
 
 def test_zai_gets_thinking_with_no_controls_at_all() -> None:

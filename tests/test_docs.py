@@ -116,6 +116,18 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+def anchors(page: Path) -> set[str]:
+    """Every heading anchor of ``page``, a repeated one with GitHub's ``-1``, ``-2`` suffixes."""
+    seen: dict[str, int] = {}
+    out: set[str] = set()
+    for heading in re.findall(r"^#+ (.+)$", page.read_text(), re.M):
+        base = anchor(heading)
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        out.add(base if count == 0 else f"{base}-{count}")
+    return out
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_links_resolve(page: Path) -> None:
     for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
@@ -125,8 +137,7 @@ def test_links_resolve(page: Path) -> None:
         linked = (page.parent / path).resolve() if path else page
         assert linked.exists(), f"{page.name}: {target}"
         if fragment and linked.suffix == ".md":
-            headings = re.findall(r"^#+ (.+)$", linked.read_text(), re.M)
-            assert fragment in {anchor(h) for h in headings}, f"{page.name}: {target}"
+            assert fragment in anchors(linked), f"{page.name}: {target}"
 
 
 def test_the_readme_is_a_front_door() -> None:

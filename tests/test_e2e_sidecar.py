@@ -608,3 +608,59 @@ def test_no_preserve_reasoning_filters_as_spec_000_says_for_preservation_off(ups
         "content": None,
         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}],
     }
+
+
+@pytest.mark.parametrize(
+    ("base", "query", "expected"),
+    [
+        (
+            "http://127.0.0.1:9/v1?api-version=2024-10-21",
+            b"",
+            "http://127.0.0.1:9/v1/chat/completions?api-version=2024-10-21",
+        ),
+        ("http://127.0.0.1:9/v1/?api-version=1", b"x=2", "http://127.0.0.1:9/v1/chat/completions?api-version=1&x=2"),
+        ("https://openrouter.ai/api/v1/", b"", "https://openrouter.ai/api/v1/chat/completions"),
+    ],
+)
+def test_a_base_url_query_stays_a_query(base: str, query: bytes, expected: str) -> None:
+    from numi_mw.proxy.app import _Sidecar
+
+    assert str(_Sidecar.target_url(base, b"/v1/chat/completions", query)) == expected
+
+
+def test_a_request_without_a_body_is_forwarded_without_one(upstream: ReplayUpstream, openrouter_sidecar: str) -> None:
+    httpx.get(openrouter_sidecar + "/files/abc", timeout=10)
+    received = upstream.received[-1]
+    assert (received.method, received.body) == ("GET", b"")
+    assert "transfer-encoding" not in received.headers and "content-length" not in received.headers
+    httpx.post(openrouter_sidecar + "/embeddings", content=b'{"input":"x"}', timeout=10)
+    received = upstream.received[-1]
+    assert (received.body, received.headers.get("content-length")) == (b'{"input":"x"}', "13")
+    assert "transfer-encoding" not in received.headers
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"upstream": "ftp://127.0.0.1/v1"}, "the upstream must be an http:// or https:// URL with a host"),
+        ({"upstream": "127.0.0.1:9/v1"}, "the upstream must be an http:// or https:// URL with a host"),
+        ({"think_start": "foo"}, "think_start must be one of content, reasoning, auto, not 'foo'"),
+        ({"max_body_bytes": "10"}, "max_body_bytes must be a positive whole number of bytes, not '10'"),
+        ({"max_body_bytes": 0}, "max_body_bytes must be a positive whole number of bytes, not 0"),
+        ({"timeout": -1}, "timeout must be a positive number of seconds, not -1"),
+        ({"think_tags": "no"}, "think_tags must be None, true, false or a ThinkTags, not 'no'"),
+        ({"preserve_reasoning": "no"}, "preserve_reasoning must be true or false, not 'no'"),
+        ({"wire_api": "grpc"}, "wire_api must be one of openai-chat, openai-responses, anthropic-messages"),
+    ],
+)
+def test_create_app_checks_its_options_when_given(options: dict[str, Any], message: str) -> None:
+    arguments = {"upstream": "http://127.0.0.1:9/v1", **options}
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        create_app(**arguments)
+
+
+def test_serve_refuses_an_upstream_that_is_not_a_url(capsys: pytest.CaptureFixture[str]) -> None:
+    from numi_mw.cli import main
+
+    assert main(["serve", "--upstream", "ftp://127.0.0.1/v1"]) == 2
+    assert "the upstream must be an http:// or https:// URL with a host" in capsys.readouterr().err

@@ -12,10 +12,15 @@ from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import PROVIDERS, provider_rules
 from numi_mw.core.request import prepare_request
 
-REASONING_PROVIDERS = ["openrouter", "ppq"]
 DIRECT_PROVIDERS = sorted(name for name, rules in PROVIDERS.items() if rules.replay == "none")
-"""Direct openai and inception: spec 000's filter removes reasoning from their history, so the table below
-never sees it (``test_direct_providers_receive_no_reasoning_in_history``)."""
+"""Direct openai and inception, and the hosts that refuse every reasoning field in history: spec 000's filter
+removes reasoning from their history, so the table below never sees it
+(``test_direct_providers_receive_no_reasoning_in_history``)."""
+REASONING_PROVIDERS = sorted(
+    name for name, rules in PROVIDERS.items() if rules.reasoning_field == "reasoning" and name not in DIRECT_PROVIDERS
+)
+"""The providers that read ``reasoning`` back: openrouter and ppq (spec 004's table), and the hosts that refuse
+``reasoning_content`` on an assistant message (groq, cerebras) or read ``reasoning`` (together)."""
 CONTENT_PROVIDERS = sorted(set(PROVIDERS) - set(REASONING_PROVIDERS) - set(DIRECT_PROVIDERS))
 REPLAYING_PROVIDERS = sorted(set(PROVIDERS) - set(DIRECT_PROVIDERS))
 
@@ -150,8 +155,13 @@ DETAILS = [
 ]
 
 
-def test_direct_providers_are_openai_and_inception() -> None:
-    assert DIRECT_PROVIDERS == ["inception", "openai"]
+def test_the_providers_that_take_no_reasoning_history() -> None:
+    # spec 000's direct openai and inception; gemini and mistral refuse both reasoning_content and reasoning
+    assert DIRECT_PROVIDERS == ["gemini", "inception", "mistral", "openai"]
+
+
+def test_the_providers_that_read_reasoning_back() -> None:
+    assert REASONING_PROVIDERS == ["cerebras", "groq", "openrouter", "ppq", "together"]
 
 
 @pytest.mark.parametrize("provider", DIRECT_PROVIDERS)

@@ -409,3 +409,47 @@ def test_preserve_reasoning_false_filters_as_spec_000_says_for_preservation_off(
 def test_options_are_checked_when_given(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ReasoningMiddleware(Starlette(), **options)
+
+
+def test_with_a_native_wire_api_the_app_gets_the_native_body_and_the_client_a_chat_completion() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def messages(request: Request) -> Response:  # an app that forwards to Anthropic, here answering itself
+        seen.append(json.loads(await request.body()))
+        answer = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-x",
+            "content": [
+                {"type": "thinking", "thinking": "Plan.", "signature": "SIG"},
+                {"type": "text", "text": "Done."},
+            ],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 3, "output_tokens": 5},
+        }
+        return JSONResponse(answer)
+
+    app = Starlette(routes=[Route("/v1/chat/completions", messages, methods=["POST"])])
+    app.add_middleware(ReasoningMiddleware, provider="anthropic", wire_api="anthropic-messages")
+    with TestClient(app) as client:
+        response = client.post(
+            "/v1/chat/completions", json={"model": "claude-x", "messages": [{"role": "user", "content": "Q"}]}
+        )
+    assert seen == [{"model": "claude-x", "messages": [{"role": "user", "content": "Q"}], "max_tokens": 4096}]
+    body = response.json()
+    assert body["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "Done.",
+        "reasoning": "Plan.",
+        "reasoning_details": [
+            {"type": "reasoning.text", "text": "Plan.", "signature": "SIG", "format": "anthropic-claude-v1", "index": 0}
+        ],
+    }
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+    assert response.headers["content-length"] == str(len(response.content))
+
+
+def test_an_unknown_wire_api_is_refused_when_the_middleware_is_built() -> None:
+    with pytest.raises(ValueError, match="wire_api must be one of openai-chat, openai-responses, anthropic-messages"):
+        ReasoningMiddleware(Starlette(), wire_api="grpc")  # type: ignore[arg-type]

@@ -252,9 +252,31 @@ def test_unknown_model_goes_to_the_first_provider_unfiltered() -> None:
     assert body["reasoning"] == {"effort": "high"}
 
 
-def test_a_wire_api_without_adapter_is_refused() -> None:
-    error = refused({"model": "vendor/native", "messages": []})
-    assert (error.status, error.code, error.param) == (400, "unsupported_capability", "model")
+def test_a_provider_that_speaks_anthropic_messages_gets_a_translated_request() -> None:
+    raw = json.dumps(
+        {"model": "vendor/native", "reasoning_effort": "low", "max_tokens": 4000, "messages": TOOL_TURN[:4]}
+    )
+    prepared = prepare_request(raw.encode(), CATALOG)
+    assert (prepared.route.provider.name, prepared.route.wire_api) == ("claude-native", "anthropic-messages")
+    assert json.loads(prepared.body) == {
+        "model": "vendor/native",
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": [{"type": "text", "text": "Let me check."}]},
+            {
+                "role": "assistant",
+                "content": [
+                    # an opaque detail with no format, on an Anthropic route: taken for Anthropic's own
+                    {"type": "redacted_thinking", "data": "ENC_1"},
+                    {"type": "tool_use", "id": "call_1", "name": "weather", "input": {}},
+                ],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "21C"}]},
+        ],
+        "max_tokens": 4000,
+        "thinking": {"type": "enabled", "budget_tokens": 2048},
+    }
+    assert prepared.adjustments == []
 
 
 def test_model_must_be_a_string() -> None:

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from numi_mw.core.catalog import Endpoint, Model, ReasoningCapabilities
+from numi_mw.core.catalog import Endpoint, Model, ReasoningCapabilities, load_catalog
 from numi_mw.core.controls import ReasoningControls, fold_controls
 from numi_mw.core.errors import ApiError
+from numi_mw.core.request import prepare_request
 from numi_mw.core.routing import (
     accepted_efforts,
     apply_reasoning_mode,
     choose_endpoint,
     eligible_endpoints,
     model_efforts,
+    nearest_accepted_effort,
     normalize_effort,
     session_id,
 )
@@ -644,3 +647,143 @@ SESSION_ROWS: list[tuple[str, dict[str, str], dict[str, Any], str | None]] = [
 )
 def test_session_id(headers: dict[str, str], body: dict[str, Any], expected: str | None) -> None:
     assert session_id(headers, body) == expected
+
+
+# --- unsupported_effort: refuse (spec 004's 400) or nearest (spec 000's normalization), per catalog model --------
+NEAREST_CATALOG = """
+[[providers]]
+name = "openrouter"
+base_url = "https://openrouter.ai/api/v1"
+
+[[providers]]
+name = "gpu-box"
+base_url = "http://127.0.0.1:8000/v1"
+rules = "local"
+
+[[models]]
+id = "vendor/app-model"
+unsupported_effort = "{choice}"
+
+[[models.endpoints]]
+tag = "openrouter/a"
+provider = "openrouter"
+reasoning = {{ supported_efforts = ["low", "high"], mandatory = true }}
+
+[[models.endpoints]]
+tag = "gpu-box/b"
+provider = "gpu-box"
+model = "app-32b"
+reasoning = {{ supported_efforts = ["minimal", "medium"] }}
+"""
+
+
+def prepare(choice: str, reasoning: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    catalog = load_catalog(NEAREST_CATALOG.format(choice=choice), "nearest.toml")
+    body = {"model": "vendor/app-model", "reasoning": reasoning, "messages": [{"role": "user", "content": "Hi"}]}
+    prepared = prepare_request(json.dumps(body).encode(), catalog)
+    out: dict[str, Any] = json.loads(prepared.body)
+    return out, prepared.route.endpoint
+
+
+NEAREST_ROWS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
+    # (what, reasoning sent, what the upstream receives besides model and messages, endpoint)
+    ("xhigh moves down to high", {"effort": "xhigh"}, {"reasoning": {"effort": "high"}}, "openrouter/a"),
+    (
+        "max moves down to high",
+        {"effort": "max", "exclude": True},
+        {"reasoning": {"effort": "high", "exclude": True}},
+        "openrouter/a",
+    ),
+    ("a listed effort is routed as it is", {"effort": "low"}, {"reasoning": {"effort": "low"}}, "openrouter/a"),
+    # medium is listed by the local endpoint only: no move, routed there, in the local form
+    ("an effort one endpoint lists goes there", {"effort": "medium"}, {"reasoning_effort": "medium"}, "gpu-box/b"),
+]
+
+
+@pytest.mark.parametrize(
+    ("reasoning", "upstream", "endpoint"), [r[1:] for r in NEAREST_ROWS], ids=[r[0] for r in NEAREST_ROWS]
+)
+def test_nearest_moves_an_effort_no_endpoint_accepts_then_routes_it(
+    reasoning: dict[str, Any], upstream: dict[str, Any], endpoint: str
+) -> None:
+    body, chosen = prepare("nearest", reasoning)
+    model_name = "app-32b" if endpoint == "gpu-box/b" else "vendor/app-model"
+    assert body == {"model": model_name, **upstream, "messages": [{"role": "user", "content": "Hi"}]}
+    assert chosen == endpoint
+
+
+def test_nearest_ties_go_downward_end_to_end() -> None:
+    catalog = load_catalog(NEAREST_CATALOG.format(choice="nearest").replace('["low", "high"]', '["xhigh"]'), "tie.toml")
+    # high: minimal(1) medium(3) xhigh(5) on none < minimal < low < medium < high < xhigh < max: medium and
+    # xhigh are both one step away, the tie goes to medium
+    raw = json.dumps({"model": "vendor/app-model", "reasoning_effort": "high"}).encode()
+    prepared = prepare_request(raw, catalog)
+    assert json.loads(prepared.body) == {"model": "app-32b", "reasoning_effort": "medium"}
+    assert prepared.route.endpoint == "gpu-box/b"
+
+
+@pytest.mark.parametrize("reasoning", [{"effort": "xhigh"}, {"effort": "max"}])
+def test_refuse_is_the_default_and_keeps_spec_004s_400(reasoning: dict[str, Any]) -> None:
+    for choice in ("refuse", "unset"):
+        text = NEAREST_CATALOG.format(choice="refuse")
+        if choice == "unset":  # no unsupported_effort key at all: refuse, the default
+            text = text.replace('unsupported_effort = "refuse"\n', "")
+        raw = json.dumps({"model": "vendor/app-model", "reasoning": reasoning}).encode()
+        with pytest.raises(ApiError) as caught:
+            prepare_request(raw, load_catalog(text, "refuse.toml"))
+        assert (caught.value.status, caught.value.code, caught.value.param) == (
+            400,
+            "invalid_request",
+            "reasoning.effort",
+        )
+
+
+@pytest.mark.parametrize(
+    "reasoning",
+    [
+        {"effort": "none"},  # none never moves (and is never a target): both endpoints are mandatory here
+        {"effort": "turbo"},  # off the scale: not moved, refused as sent
+    ],
+)
+def test_nearest_never_moves_none_or_an_effort_off_the_scale(reasoning: dict[str, Any]) -> None:
+    text = NEAREST_CATALOG.format(choice="nearest").replace(
+        '["minimal", "medium"] }', '["minimal", "medium"], mandatory = true }'
+    )
+    raw = json.dumps({"model": "vendor/app-model", "reasoning": reasoning}).encode()
+    with pytest.raises(ApiError) as caught:
+        prepare_request(raw, load_catalog(text, "never.toml"))
+    assert (caught.value.status, caught.value.param) == (400, "reasoning.effort")
+
+
+def test_nearest_leaves_other_reasoning_modes_and_enabled_false_alone() -> None:
+    m = Model(
+        id="m",
+        reasoning_mode="native",
+        unsupported_effort="nearest",
+        endpoints=[ep("a", reasoning=LISTS_LMH)],
+    )
+    body = mode_body({"effort": "max"})
+    assert nearest_accepted_effort(body, controls(body), m, require_parameters=False) is False
+    assert body["reasoning"] == {"effort": "max"}
+    m = Model(id="m", unsupported_effort="nearest", endpoints=[ep("a", reasoning=LISTS_LMH)])
+    off = mode_body({"effort": "max", "enabled": False})
+    assert nearest_accepted_effort(off, controls(off), m, require_parameters=False) is False
+    on = mode_body({"effort": "max"})
+    assert nearest_accepted_effort(on, controls(on), m, require_parameters=False) is True
+    assert on["reasoning"] == {"effort": "high"}
+
+
+def test_nearest_under_strict_matching_moves_to_a_level_an_endpoint_declares() -> None:
+    m = Model(
+        id="m",
+        unsupported_effort="nearest",
+        endpoints=[ep("a", reasoning=caps(supported_efforts=["low"])), ep("b", reasoning=NO_LIST)],
+    )
+    body = mode_body({"effort": "high"})
+    # strictly, b (a reasoning object without supported_efforts) accepts no effort and a lists only low
+    assert nearest_accepted_effort(body, controls(body), m, require_parameters=True) is True
+    assert body["reasoning"] == {"effort": "low"}
+    assert route(m, body, strict=True) == ["a"]
+    # by default b takes any effort as a hint, so nothing moves
+    loose = mode_body({"effort": "high"})
+    assert nearest_accepted_effort(loose, controls(loose), m, require_parameters=False) is False

@@ -24,10 +24,10 @@ from typing import Any, Literal, get_args
 
 import msgspec
 
-from numi_mw.core.providers import PROVIDERS
+from numi_mw.core.providers import PROVIDERS, WireApi
 
 ReasoningMode = Literal["effort", "enabled", "native", "none"]
-WireApi = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+UnsupportedEffort = Literal["refuse", "nearest"]
 
 
 class ReasoningCapabilities(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
@@ -86,12 +86,20 @@ class Model(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fal
             normalized to the supported ones), ``enabled`` (on/off), ``native`` (as sent), ``none`` (no
             reasoning support).
         preserve_reasoning: replay stored reasoning on later turns (spec 000 "The Message Preparation Filter").
+        unsupported_effort: what an effort no endpoint accepts gets, with ``reasoning_mode = "effort"``:
+            ``refuse`` (spec 004 "Routing requirements": 400 ``invalid_request`` on ``reasoning.effort``) or
+            ``nearest`` (spec 000 "Reasoning Modes": moved to the nearest level some endpoint accepts, then
+            routed; ``routing.nearest_accepted_effort``).
+        adaptive_thinking: on an Anthropic Messages route, the model thinks adaptively: an effort goes as
+            ``thinking: {"type": "adaptive"}`` with ``output_config.effort`` rather than a token budget.
         endpoints: the offers, in catalog order (the first is the representative one and the default route).
     """
 
     id: str
     reasoning_mode: ReasoningMode = "effort"
     preserve_reasoning: bool = False
+    unsupported_effort: UnsupportedEffort = "refuse"
+    adaptive_thinking: bool = False
     endpoints: list[Endpoint]
 
 
@@ -159,7 +167,11 @@ _MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]+)`$")
 _TOML_AT = re.compile(r"\s*\(at line (?P<line>\d+), column (?P<column>\d+)\)$")
 _TOML_END = re.compile(r"\s*\(at end of document\)$")
 _KEY = {"providers": "name", "models": "id"}
-_CHOICES: dict[str, tuple[str, ...]] = {"reasoning_mode": get_args(ReasoningMode), "wire_api": get_args(WireApi)}
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "reasoning_mode": get_args(ReasoningMode),
+    "unsupported_effort": get_args(UnsupportedEffort),
+    "wire_api": get_args(WireApi),
+}
 
 
 def _entry_label(data: dict[str, Any], section: str, index: int) -> str:

@@ -194,7 +194,11 @@ class ChunkNormalizer:
         details = delta.get("reasoning_details")
         if type(details) is list and len(details) == 1:
             fragment = details[0]
-            if type(fragment) is not dict or fragment.get("type") != "reasoning.text" or "signature" in fragment:
+            if type(fragment) is not dict:
+                return _SLOW
+            if fragment.get("type") == "reasoning.summary":
+                return self._fast_summary(data, choice, delta, fragment, reasoning)
+            if fragment.get("type") != "reasoning.text" or "signature" in fragment:
                 return _SLOW
             text = fragment.get("text")
             if type(text) is not str or not text:
@@ -222,10 +226,31 @@ class ChunkNormalizer:
             return [data]
         if details == [] and (reasoning is None or reasoning == ""):
             return UNCHANGED  # nothing visible, no fragment (OpenRouter's content chunks)
+        if "reasoning" not in delta and "reasoning_details" not in delta:
+            return UNCHANGED  # no reasoning field at all (a translated stream's content chunks)
         if "reasoning_details" not in delta and type(reasoning) is str and reasoning:
             delta["reasoning_details"] = [self._plain_entry(self._choices[choice.get("index", 0)], reasoning)]
             return [data]
         return _SLOW
+
+    def _fast_summary(
+        self, data: dict[str, Any], choice: dict[str, Any], delta: dict[str, Any], fragment: dict[str, Any], shown: Any
+    ) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
+        """``_fast`` for one ``reasoning.summary`` fragment beside ``reasoning`` of the same text (a translated
+        Responses stream's summary deltas): rule 4 makes it a detail of its own, so only its ``index`` is set."""
+        summary = fragment.get("summary", fragment.get("text"))
+        if type(shown) is not str or not shown or summary != shown:
+            return _SLOW
+        rebuilder = self._choices[choice.get("index", 0)].rebuilder
+        where = ("new", len(rebuilder.details))
+        if fragment.get("index") == where[1]:
+            rebuilder.add(fragment, where)
+            return UNCHANGED
+        entry = dict(fragment)
+        entry["index"] = where[1]
+        rebuilder.add(entry, where)
+        delta["reasoning_details"] = [entry]
+        return [data]
 
     def _plain_entry(self, state: _Choice, text: str) -> Any:
         """``_emit`` of the ``reasoning.text`` detail (format ``unknown``) for plain reasoning ``text``, with the

@@ -6,8 +6,11 @@ Two steps, both on a decoded request body (a ``dict`` numi_mw owns):
    ``reasoning.effort`` and wins over it (``null`` counts as omitted); ``include_reasoning`` (deprecated)
    becomes ``reasoning.exclude = not include_reasoning`` and wins over it. Unfamiliar effort values and
    unknown ``reasoning`` attributes stay as sent.
-2. ``encode_controls`` writes that object in the form the target provider understands
-   (``ProviderRules.controls_form``), so the upstream receives one form, never a shorthand and the object.
+2. ``encode_controls`` writes that object in the form the route's upstream understands (the provider's
+   ``ProviderRules.controls_form``, or a translated wire API's), so the upstream receives one form, never a
+   shorthand and the object. Each control reaches the upstream in a field it reads, or is dropped on purpose
+   and named in the caller's ``notes`` (the table of what each form makes of each control is in
+   ``docs/providers.md``).
 """
 
 from __future__ import annotations
@@ -19,9 +22,7 @@ import msgspec
 from numi_mw.core.budget import DEFAULT_EFFORT, EFFORT_BUDGETS, generated_budget, output_limit
 from numi_mw.core.errors import invalid_request
 from numi_mw.core.fields import CONTROL_FIELDS, splice
-from numi_mw.core.providers import ProviderRules
-
-_EFFORT_FORM_KEYS = frozenset(("effort", "enabled", "exclude"))
+from numi_mw.core.providers import ControlsForm
 
 
 class ReasoningControls(msgspec.Struct, frozen=True, gc=False):
@@ -109,51 +110,180 @@ def fold_controls(body: dict[str, Any]) -> tuple[ReasoningControls, bool]:
     return controls, changed
 
 
-def encode_controls(body: dict[str, Any], controls: ReasoningControls, rules: ProviderRules) -> bool:
-    """Write the folded ``reasoning`` object in ``rules.controls_form``, in place.
+KNOWN_ATTRIBUTES = frozenset(("effort", "enabled", "exclude", "max_tokens"))
+"""The ``reasoning`` attributes spec 004 names; any other one is an unknown attribute."""
 
-    - ``object``: the ``reasoning`` object as folded.
-    - ``effort``: ``reasoning_effort`` (``enabled: false`` becomes ``"none"``, even beside an effort;
-      ``enabled: true`` or ``{}``
-      send nothing, the model's default), plus ``include_reasoning: false`` when excluded and the provider
-      honours it. An object with other attributes (``max_tokens``, unknown ones) is kept as the object.
-    - ``zai-thinking``: ``thinking: {"type": "disabled"}`` when off, else
-      ``{"type": "enabled", "clear_thinking": false}`` (spec 000 "Provider-Specific Handling").
-    - ``anthropic-thinking``: ``thinking: {"type": "enabled", "budget_tokens": N}``: an explicit
-      ``reasoning.max_tokens`` is sent as is; an effort (or the default, ``medium``) becomes a generated budget
-      capped below ``max_tokens`` (spec 004 "Output limits and billing"); off sends ``{"type": "disabled"}``.
+MERGED_FIELDS = ("chat_template_kwargs", "extra_body")
+"""Fields numi_mw writes into an object the client may have sent itself: the client's keys win, ours fill in."""
 
-    A ``thinking`` object the client sent itself is never replaced. Returns whether ``body`` changed.
 
-    Raises:
-        ApiError: 400 ``invalid_request`` on ``reasoning.effort`` for an effort that has no thinking budget
-            on the ``anthropic-thinking`` form.
+def encode_controls(
+    body: dict[str, Any],
+    controls: ReasoningControls,
+    form: ControlsForm,
+    *,
+    include_reasoning: bool = False,
+    notes: list[str] | None = None,
+) -> bool:
+    """Write the folded ``reasoning`` object in the controls ``form`` of the route, in place.
+
+    The form is the provider's (``ProviderRules.controls_form``), or the wire API's when numi_mw translates to
+    one (``WireAdapter.controls_form``). What each form makes of each control (effort, ``none``, ``enabled``,
+    ``exclude``, ``max_tokens``, unknown attributes) is the "control x provider" table of
+    ``docs/providers.md``; in short:
+
+    - ``object``: the ``reasoning`` object as folded, everything in it.
+    - every other form: a named effort goes as ``reasoning_effort``, verbatim (unfamiliar values too: spec 004
+      "the upstream validates them"), except on ``anthropic-thinking`` (a generated budget) and beside a budget
+      on ``gemini``; off (``effort: "none"`` or ``enabled: false``, which wins over an effort) and
+      ``enabled: true`` go as the form's switch; ``exclude`` goes as ``include_reasoning: false`` where
+      ``include_reasoning`` is set (``ProviderRules.send_include_reasoning``), as ``reasoning_format: "hidden"``
+      on ``effort-format``, else it is enforced on the answer; ``max_tokens`` goes where the form has a budget.
+
+    What a form cannot carry is dropped and named in ``notes`` (when given): ``effort-dropped``,
+    ``budget-dropped``, ``thinking-dropped`` (no room for a generated budget below the output limit),
+    ``reasoning-attributes-dropped=a+b`` (unknown attributes, as sent). A field the client sent itself
+    (``thinking``, ``reasoning_format``, ...) is never replaced (a ``null`` one counts as absent); into
+    ``chat_template_kwargs`` and ``extra_body`` the client's own keys win and ours fill in.
+
+    Returns:
+        Whether ``body`` changed.
     """
     obj = body.get("reasoning")
-    if rules.controls_form == "object" or not isinstance(obj, dict):
+    if form == "object" or not isinstance(obj, dict):
         return False
-    if rules.controls_form == "effort":
-        if not _EFFORT_FORM_KEYS.issuperset(obj):
-            return False
-        replacement: dict[str, Any] = {}
-        if controls.enabled is False:  # "false turns it off", whatever effort came with it (spec 004)
-            replacement["reasoning_effort"] = "none"
-        elif controls.effort is not None:
-            replacement["reasoning_effort"] = controls.effort
-        if controls.exclude and rules.send_include_reasoning:
-            replacement["include_reasoning"] = False
-        splice(body, ("reasoning",), replacement)
-        return True
-    thinking: dict[str, Any] | None
-    if rules.controls_form == "zai-thinking":
-        thinking = {"type": "disabled"} if controls.off else dict(ZAI_THINKING)
+    lost: list[str] = []
+    unknown = [key for key in obj if key not in KNOWN_ATTRIBUTES]
+    if form == "together":
+        fields = _together(controls, {key: obj[key] for key in unknown}, lost)
+        unknown = []
+    elif form == "anthropic-thinking":
+        fields = _anthropic_thinking(body, controls, lost)
+    elif form == "zai-thinking":
+        fields = _zai_thinking(controls, lost)
+    elif form == "gemini":
+        fields = _gemini(controls, lost)
     else:
-        thinking = _anthropic_thinking(body, controls)
-    if body.get("thinking") is not None or thinking is None:  # a null thinking counts as absent
-        splice(body, ("reasoning",), {})
-    else:
-        splice(body, ("reasoning",), {"thinking": thinking})
+        fields = _level_and_switch(form, controls, lost)
+    if controls.exclude:
+        if include_reasoning:
+            fields["include_reasoning"] = False
+        elif form == "effort-format":
+            fields["reasoning_format"] = "hidden"
+    if unknown:
+        lost.append("reasoning-attributes-dropped=" + "+".join(unknown))
+    for key in list(fields):
+        own = None if key == "reasoning" else body.get(key)  # the reasoning object is what is being replaced
+        if own is None:
+            continue
+        if key in MERGED_FIELDS and isinstance(own, dict) and isinstance(fields[key], dict):
+            body[key] = _merge(fields[key], own)
+        del fields[key]
+    splice(body, ("reasoning",), fields)
+    if notes is not None:
+        notes.extend(lost)
     return True
+
+
+def _merge(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    """``ours`` under ``theirs``: the client's keys win; nested objects merge the same way."""
+    merged = dict(ours)
+    for key, value in theirs.items():
+        mine = merged.get(key)
+        merged[key] = _merge(mine, value) if isinstance(mine, dict) and isinstance(value, dict) else value
+    return merged
+
+
+def _level_and_switch(form: ControlsForm, controls: ReasoningControls, lost: list[str]) -> dict[str, Any]:
+    """The forms whose level is ``reasoning_effort``: ``effort`` and ``effort-format`` (switch: the effort
+    itself, ``"none"`` or the default level), ``thinking-effort`` (switch: ``thinking.type``),
+    ``chat-template`` (switch: ``chat_template_kwargs``; budget: ``thinking_token_budget``)."""
+    fields: dict[str, Any] = {}
+    off = controls.off
+    if form == "thinking-effort":
+        if off:
+            fields["thinking"] = {"type": "disabled"}
+        else:
+            if controls.effort is not None:
+                fields["reasoning_effort"] = controls.effort
+            if controls.enabled is True:
+                fields["thinking"] = {"type": "enabled"}
+    elif form == "chat-template":
+        if off:
+            fields["reasoning_effort"] = "none"
+            fields["chat_template_kwargs"] = {"enable_thinking": False, "thinking": False}
+        else:
+            if controls.effort is not None:
+                fields["reasoning_effort"] = controls.effort
+            if controls.enabled is True:
+                fields["chat_template_kwargs"] = {"enable_thinking": True, "thinking": True}
+            if controls.max_tokens is not None:
+                fields["thinking_token_budget"] = controls.max_tokens
+                return fields
+    elif off:
+        fields["reasoning_effort"] = "none"
+    elif controls.effort is not None:
+        fields["reasoning_effort"] = controls.effort
+    elif controls.enabled is True:  # on without a level: the spec's common middle level
+        fields["reasoning_effort"] = DEFAULT_EFFORT
+    if controls.max_tokens is not None:
+        lost.append("budget-dropped")
+    return fields
+
+
+def _together(controls: ReasoningControls, unknown: dict[str, Any], lost: list[str]) -> dict[str, Any]:
+    """Together: the level as ``reasoning_effort``; ``reasoning.enabled`` switches hybrid models, and the
+    ``reasoning`` object carries the unknown attributes for the upstream to validate."""
+    fields: dict[str, Any] = {}
+    reasoning: dict[str, Any] = {}
+    if controls.off:
+        reasoning["enabled"] = False
+    else:
+        if controls.effort is not None:
+            fields["reasoning_effort"] = controls.effort
+        if controls.enabled is True:
+            reasoning["enabled"] = True
+    reasoning.update(unknown)
+    if controls.max_tokens is not None:
+        lost.append("budget-dropped")
+    if reasoning:
+        fields["reasoning"] = reasoning
+    return fields
+
+
+def _zai_thinking(controls: ReasoningControls, lost: list[str]) -> dict[str, Any]:
+    if controls.off:
+        fields: dict[str, Any] = {"thinking": {"type": "disabled"}}
+    else:
+        fields = {"thinking": dict(ZAI_THINKING)}
+        if controls.effort is not None:  # GLM-5.2 and later read it
+            fields["reasoning_effort"] = controls.effort
+    if controls.max_tokens is not None:
+        lost.append("budget-dropped")
+    return fields
+
+
+GEMINI_DYNAMIC_BUDGET = -1
+"""Gemini's ``thinking_budget`` for "the model decides how much to think" (dynamic thinking)."""
+
+
+def _gemini(controls: ReasoningControls, lost: list[str]) -> dict[str, Any]:
+    """Gemini's OpenAI endpoint: ``reasoning_effort``, or a ``thinking_config`` budget under
+    ``extra_body.google``; it refuses the two together, so an explicit budget wins over an effort."""
+    if controls.off:
+        if controls.max_tokens is not None:
+            lost.append("budget-dropped")
+        return {"reasoning_effort": "none"}
+    budget = controls.max_tokens
+    if budget is None:
+        if controls.effort is not None:
+            return {"reasoning_effort": controls.effort}
+        if controls.enabled is not True:
+            return {}
+        budget = GEMINI_DYNAMIC_BUDGET
+    elif controls.effort is not None:
+        lost.append("effort-dropped")
+    return {"extra_body": {"google": {"thinking_config": {"thinking_budget": budget}}}}
 
 
 ZAI_THINKING = {"type": "enabled", "clear_thinking": False}
@@ -161,7 +291,7 @@ ZAI_THINKING = {"type": "enabled", "clear_thinking": False}
 ``clear_thinking: false`` keeps the reasoning replayed in the history instead of clearing it."""
 
 
-def add_zai_thinking(body: dict[str, Any], rules: ProviderRules) -> bool:
+def add_zai_thinking(body: dict[str, Any], form: ControlsForm) -> bool:
     """Give a request with no reasoning controls the Z.AI ``thinking`` object, in place (``ZAI_THINKING``).
 
     Spec 000 "Provider-Specific Handling": "The Z.AI provider adds thinking.type: enabled and clear_thinking:
@@ -169,24 +299,32 @@ def add_zai_thinking(body: dict[str, Any], rules: ProviderRules) -> bool:
     carries its own ``thinking`` keeps it (a ``null`` one counts as absent). The object goes last. Returns
     whether ``body`` changed (only for the ``zai-thinking`` form).
     """
-    if rules.controls_form != "zai-thinking" or body.get("thinking") is not None:
+    if form != "zai-thinking" or body.get("thinking") is not None:
         return False
     body["thinking"] = dict(ZAI_THINKING)  # a null one is replaced where it stands
     return True
 
 
-def _anthropic_thinking(body: dict[str, Any], controls: ReasoningControls) -> dict[str, Any] | None:
+def _anthropic_thinking(body: dict[str, Any], controls: ReasoningControls, lost: list[str]) -> dict[str, Any]:
+    """``thinking`` with a budget: an explicit ``reasoning.max_tokens`` as is (it wins over an effort), else a
+    budget generated from the effort (an effort with no budget, or none, counts as ``medium``) capped below the
+    output limit, or no ``thinking`` when that leaves no room."""
     if controls.off:
-        return {"type": "disabled"}
+        if controls.max_tokens is not None:
+            lost.append("budget-dropped")
+        return {"thinking": {"type": "disabled"}}
     if controls.max_tokens is not None:
-        return {"type": "enabled", "budget_tokens": controls.max_tokens}
-    effort = DEFAULT_EFFORT if controls.effort is None else controls.effort
-    if not isinstance(effort, str) or effort not in EFFORT_BUDGETS:
-        known = ", ".join(EFFORT_BUDGETS)
-        raise invalid_request(
-            f"Effort {effort!r} has no thinking budget on this provider; use one of {known}, "
-            "or set reasoning.max_tokens.",
-            "reasoning.effort",
-        )
+        if controls.effort is not None:
+            lost.append("effort-dropped")
+        return {"thinking": {"type": "enabled", "budget_tokens": controls.max_tokens}}
+    effort = controls.effort
+    if effort is None:
+        effort = DEFAULT_EFFORT
+    elif not isinstance(effort, str) or effort not in EFFORT_BUDGETS:
+        lost.append("effort-dropped")
+        effort = DEFAULT_EFFORT
     budget = generated_budget(effort, output_limit(body))
-    return None if budget is None else {"type": "enabled", "budget_tokens": budget}
+    if budget is None:
+        lost.append("thinking-dropped")
+        return {}
+    return {"thinking": {"type": "enabled", "budget_tokens": budget}}

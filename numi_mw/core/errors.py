@@ -18,7 +18,6 @@ ErrorType = Literal["invalid_request_error", "api_error"]
 ERROR_CODES: Final[dict[str, tuple[int, ErrorType]]] = {
     "invalid_json": (400, "invalid_request_error"),
     "invalid_request": (400, "invalid_request_error"),
-    "unsupported_capability": (400, "invalid_request_error"),
     "model_not_found": (404, "invalid_request_error"),
     "payload_too_large": (413, "invalid_request_error"),
     "upstream_unavailable": (502, "api_error"),
@@ -65,12 +64,6 @@ class ApiError(Exception):
 def invalid_request(message: str, param: str | None = None) -> ApiError:
     """400 ``invalid_request``: a body of the wrong shape or a value the rules refuse, on ``param``."""
     return ApiError("invalid_request", message, param)
-
-
-def unsupported_capability(message: str, param: str | None = None) -> ApiError:
-    """400 ``unsupported_capability``: opaque state or a wire API the route cannot carry (spec 004 "Preserve
-    reasoning across turns": "A native dialect adapter can return unsupported_capability")."""
-    return ApiError("unsupported_capability", message, param)
 
 
 def invalid_json(detail: str) -> ApiError:

@@ -11,9 +11,21 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-ControlsForm = Literal["object", "effort", "zai-thinking", "anthropic-thinking"]
+ControlsForm = Literal[
+    "object",
+    "effort",
+    "effort-format",
+    "thinking-effort",
+    "together",
+    "chat-template",
+    "gemini",
+    "zai-thinking",
+    "anthropic-thinking",
+]
 ReasoningField = Literal["reasoning", "reasoning_content"]
 Replay = Literal["none", "text", "details", "preserved-text"]
+WireApi = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+WIRE_API_NAMES: tuple[WireApi, ...] = ("openai-chat", "openai-responses", "anthropic-messages")
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,18 +33,24 @@ class ProviderRules:
     """The reasoning rules of one target provider.
 
     Attributes:
-        name: provider name (``openrouter``, ``ppq``, ``openai``, ``inception``, ``anthropic``, ``zai``,
-            ``deepseek``, ``local``, ``generic``).
+        name: provider name (a key of ``PROVIDERS``).
         reasoning_field: the assistant-history field that carries plain reasoning text upstream
-            (spec 004 "Preserve reasoning across turns", the reasoning / reasoning_content table).
-        controls_form: how the canonical reasoning controls are sent upstream: ``object`` (one
-            ``reasoning`` object), ``effort`` (the ``reasoning_effort`` string where the controls fit in it),
-            ``zai-thinking`` (``thinking.type`` plus ``clear_thinking: false``), ``anthropic-thinking``
-            (``thinking.type`` plus ``budget_tokens``).
+            (spec 004 "Preserve reasoning across turns", the reasoning / reasoning_content table); never read
+            where ``replay`` is ``none``.
+        controls_form: how the canonical reasoning controls are sent upstream (``controls.encode_controls``;
+            what each form makes of each control is tabled in ``docs/providers.md``): ``object`` (one
+            ``reasoning`` object), ``effort`` (``reasoning_effort``), ``effort-format`` (``reasoning_effort``, and
+            ``reasoning_format: "hidden"`` when excluded), ``thinking-effort`` (``reasoning_effort`` for the
+            level, ``thinking.type`` to switch), ``together`` (``reasoning_effort`` for the level,
+            ``reasoning.enabled`` to switch), ``chat-template`` (``reasoning_effort``, ``chat_template_kwargs``
+            to switch, ``thinking_token_budget``), ``gemini`` (``reasoning_effort``, or a
+            ``thinking_config`` budget), ``zai-thinking`` (``thinking.type`` plus ``clear_thinking: false``,
+            and ``reasoning_effort``), ``anthropic-thinking`` (``thinking.type`` plus ``budget_tokens``).
         replay: the provider's row of spec 000's message preparation filter ("The Message Preparation
-            Filter"), for assistant history: ``none`` (direct ``openai`` or ``inception``: reasoning text and
-            details removed), ``text`` (``anthropic``: text kept for thinking blocks, details removed),
-            ``details`` (``openrouter``: both kept when preserving, else details on tool-call messages only),
+            Filter"), for assistant history: ``none`` (reasoning text and details removed: direct ``openai``
+            and ``inception`` as the spec says, and the hosts that refuse every reasoning field in history),
+            ``text`` (``anthropic``: text kept for thinking blocks, details removed), ``details``
+            (``openrouter``: both kept when preserving, else details on tool-call messages only),
             ``preserved-text`` (other reasoning-capable routes: text kept only when preserving, details
             removed).
         routing_fields: the provider reads the request fields that steer routing (``provider``,
@@ -64,9 +82,54 @@ PROVIDERS: dict[str, ProviderRules] = {
         ProviderRules(
             "zai", "reasoning_content", "zai-thinking", "preserved-text", hosts=("api.z.ai", "open.bigmodel.cn")
         ),
-        ProviderRules("deepseek", "reasoning_content", "effort", "preserved-text", hosts=("api.deepseek.com",)),
         ProviderRules(
-            "local", "reasoning_content", "effort", "preserved-text", send_include_reasoning=True, split_think_tags=True
+            "deepseek", "reasoning_content", "thinking-effort", "preserved-text", hosts=("api.deepseek.com",)
+        ),
+        ProviderRules(
+            "local",
+            "reasoning_content",
+            "chat-template",
+            "preserved-text",
+            send_include_reasoning=True,
+            split_think_tags=True,
+        ),
+        # Hosts that answer 400 to a field they do not know, reasoning_content on an assistant message among them.
+        ProviderRules(
+            "groq",
+            "reasoning",
+            "effort",
+            "preserved-text",
+            send_include_reasoning=True,
+            split_think_tags=True,
+            hosts=("api.groq.com",),
+        ),
+        ProviderRules(
+            "cerebras",
+            "reasoning",
+            "effort-format",
+            "preserved-text",
+            split_think_tags=True,
+            hosts=("api.cerebras.ai",),
+        ),
+        ProviderRules("mistral", "reasoning_content", "effort", "none", hosts=("api.mistral.ai",)),
+        ProviderRules("gemini", "reasoning_content", "gemini", "none", hosts=("generativelanguage.googleapis.com",)),
+        # Hosts that read reasoning_content (or reasoning) back and ignore what they do not know.
+        ProviderRules("xai", "reasoning_content", "effort", "preserved-text", hosts=("api.x.ai",)),
+        ProviderRules(
+            "together",
+            "reasoning",
+            "together",
+            "preserved-text",
+            split_think_tags=True,
+            hosts=("api.together.xyz", "api.together.ai"),
+        ),
+        ProviderRules(
+            "fireworks",
+            "reasoning_content",
+            "effort",
+            "preserved-text",
+            split_think_tags=True,
+            hosts=("api.fireworks.ai",),
         ),
         # An upstream numi_mw knows nothing about is taken for an API of spec 004's kind, which reads reasoning
         # details back ("Return all reasoning details unchanged").
@@ -84,11 +147,10 @@ def provider_rules(name: str) -> ProviderRules:
     Raises:
         ValueError: ``name`` is not one of ``PROVIDERS``.
     """
-    try:
-        return PROVIDERS[name]
-    except KeyError:
-        known = ", ".join(PROVIDERS)
-        raise ValueError(f"unknown provider {name!r}; use one of: {known}") from None
+    rules = PROVIDERS.get(name) if isinstance(name, str) else None
+    if rules is None:
+        raise ValueError(f"unknown provider {name!r}; use one of: {', '.join(PROVIDERS)}")
+    return rules
 
 
 def infer_provider(base_url: str) -> str:

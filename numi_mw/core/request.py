@@ -8,7 +8,8 @@
 4. the pipeline for that route (``prepare_for_route``): controls in the provider's form, Z.AI's ``thinking``,
    spec 000's message preparation filter, spec 004's reasoning / reasoning_content table, the detail size
    limits;
-5. the wire API (``routing.check_wire_api``), then encode (the original bytes when nothing changed).
+5. for a route whose wire API is not chat completions, the translation by its adapter (``core.adapters``);
+   then encode (the original bytes when nothing changed).
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from typing import Any
 import msgspec
 
 from numi_mw.core import codec
+from numi_mw.core.adapters import WIRE_APIS, RequestFacts, Translation
+from numi_mw.core.budget import output_limit
 from numi_mw.core.catalog import Catalog
 from numi_mw.core.controls import NO_CONTROLS, ReasoningControls, add_zai_thinking, encode_controls, fold_controls
 from numi_mw.core.details import MAX_SIGNATURE_BYTES, check_detail_limits
 from numi_mw.core.errors import payload_too_large
 from numi_mw.core.history import normalize_messages, prepare_messages
 from numi_mw.core.providers import ProviderRules
-from numi_mw.core.routing import Route, check_wire_api, fixed_route, route_request
+from numi_mw.core.routing import Route, fixed_route, route_request
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 """Default request body limit in bytes (64 MiB); larger bodies get 413 ``payload_too_large``."""
@@ -133,6 +136,11 @@ class PreparedRequest(msgspec.Struct, frozen=True, gc=False):
         controls: the effective reasoning controls (the response side reads ``exclude`` from them).
         stream: the request asked for a stream (``"stream": true``).
         route: the route the request takes.
+        translation: for a route whose wire API is not chat completions, what the adapter made of the request
+            (what the answer's translation needs); ``None`` on chat completions routes.
+        adjustments: what numi_mw changed or left out so that the provider accepts the request, each ``name`` or
+            ``name=value`` (``effort-dropped``, ``unsigned-reasoning-dropped=2``; ``docs/wire-apis.md``,
+            ``docs/providers.md``); the shells send them in the ``x-numi-mw-adjustments`` response header.
     """
 
     body: bytes
@@ -140,6 +148,8 @@ class PreparedRequest(msgspec.Struct, frozen=True, gc=False):
     controls: ReasoningControls
     stream: bool
     route: Route
+    translation: Translation | None = None
+    adjustments: list[str] = []
 
 
 def prepare_request(
@@ -166,8 +176,8 @@ def prepare_request(
         ApiError: 413 ``payload_too_large`` over ``max_body_bytes``; 400 ``invalid_json`` when ``body`` is not
             JSON; 400 ``invalid_request`` (with the field path as ``param``) for a body of the wrong shape or a
             reasoning detail over its size limit (spec 004 "Reasoning detail": text 4 MiB, signature 1 MiB,
-            data 8 MiB); through a catalog, the routing errors of ``routing.route_request``; 400
-            ``unsupported_capability`` for a route whose wire API numi_mw cannot translate to.
+            data 8 MiB); through a catalog, the routing errors of ``routing.route_request``; on a translated wire
+            API, what its adapter refuses (``core.adapters``).
     """
     if len(body) > max_body_bytes:
         raise payload_too_large(max_body_bytes, len(body))
@@ -184,15 +194,29 @@ def prepare_request(
         if routed:
             changed = True
             controls, _ = fold_controls(data)
-    if prepare_for_route(data, controls, route, len(body), metadata=found is not _CHANGES):
+    adapter = WIRE_APIS.get(route.wire_api)
+    if adapter is not None and adapter.default_max_tokens is not None and output_limit(data) is None:
+        data["max_tokens"] = adapter.default_max_tokens  # before the controls: a generated budget fits below it
+    notes: list[str] = []
+    if prepare_for_route(data, controls, route, len(body), metadata=found is not _CHANGES, notes=notes):
         changed = True
-    check_wire_api(route)
     stream = data.get("stream") is True
-    return PreparedRequest(codec.encode(data) if changed else body, changed, controls, stream, route)
+    if adapter is None:
+        encoded = codec.encode(data) if changed else body
+        return PreparedRequest(encoded, changed, controls, stream, route, None, notes)
+    translation = adapter.translate(data, controls, RequestFacts(adaptive=route.adaptive))
+    notes += translation.adjustments
+    return PreparedRequest(codec.encode(translation.body), True, controls, stream, route, translation, notes)
 
 
 def prepare_for_route(
-    data: dict[str, Any], controls: ReasoningControls, route: Route, body_size: int, *, metadata: bool = True
+    data: dict[str, Any],
+    controls: ReasoningControls,
+    route: Route,
+    body_size: int,
+    *,
+    metadata: bool = True,
+    notes: list[str] | None = None,
 ) -> bool:
     """The request pipeline after routing, on a decoded body of ``body_size`` bytes, in place.
 
@@ -202,21 +226,22 @@ def prepare_for_route(
     (``history.normalize_messages``); checks the reasoning detail size limits.
 
     ``metadata`` is ``False`` when the probe has shown that no message key is internal metadata
-    (``history.prepare_messages``).
+    (``history.prepare_messages``); ``notes`` collects what the controls form left out on purpose
+    (``controls.encode_controls``).
 
     Returns:
         Whether ``data`` changed.
 
     Raises:
-        ApiError: 400 ``invalid_request`` for ``messages`` of the wrong shape, a detail over its size limit, or
-            an effort with no thinking budget on the ``anthropic-thinking`` form.
+        ApiError: 400 ``invalid_request`` for ``messages`` of the wrong shape or a detail over its size limit.
     """
     rules = route.rules
     changed = False
     if controls.present:
-        if encode_controls(data, controls, rules):
+        form = route.controls_form
+        if encode_controls(data, controls, form, include_reasoning=rules.send_include_reasoning, notes=notes):
             changed = True
-    elif route.reasoning and add_zai_thinking(data, rules):
+    elif route.reasoning and add_zai_thinking(data, route.controls_form):
         changed = True
     if "messages" in data:
         messages = data["messages"]

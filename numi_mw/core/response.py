@@ -17,15 +17,16 @@ the body breaks off.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
 from numi_mw.core import codec
+from numi_mw.core.adapters import WIRE_APIS, Answer, Translation, WireAdapter
 from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
 from numi_mw.core.completion import normalize_completion
-from numi_mw.core.errors import CUT_SHORT, ApiError
-from numi_mw.core.providers import ProviderRules
+from numi_mw.core.errors import CUT_SHORT, ApiError, upstream_unavailable
+from numi_mw.core.providers import ProviderRules, WireApi
 from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
 from numi_mw.core.think import ThinkStart, ThinkTags
 
@@ -36,10 +37,16 @@ class ResponseOptions(msgspec.Struct, frozen=True, gc=False):
     Attributes:
         exclude: keep reasoning out of the response (spec 004: "With exclude: true, both fields are omitted").
         think: split reasoning tags out of ``content`` with these settings, or ``None``.
+        wire_api: the wire API the answer comes in; any but ``openai-chat`` is translated back by its adapter
+            (``core.adapters``).
+        answer: what that translation needs of the request (``adapters.Answer``; the shell sets its
+            ``created`` time); ``None`` on chat completions routes.
     """
 
     exclude: bool = False
     think: ThinkTags | None = None
+    wire_api: WireApi = "openai-chat"
+    answer: Answer | None = None
 
 
 def think_tags_for(
@@ -59,6 +66,18 @@ def think_tags_for(
     return ThinkTags(start=start) if enabled else None
 
 
+def response_options(
+    translation: Translation | None, exclude: bool, think: ThinkTags | None, *, created: int = 0
+) -> ResponseOptions:
+    """The ``ResponseOptions`` of a prepared request: ``exclude`` (``PreparedRequest.controls.exclude``), the think
+    tags, and, for a route whose wire API is translated (``PreparedRequest.translation``), what the answer's
+    translation needs, with ``created`` (seconds since the epoch) from the shell's clock."""
+    if translation is None:
+        return ResponseOptions(exclude, think)
+    answer = Answer(translation.model, translation.include_usage, created)
+    return ResponseOptions(exclude, think, translation.wire_api, answer)
+
+
 IDENTITY: frozenset[str] = frozenset(("identity", ""))
 """The content encodings a body arrives in when the shell decodes none (``choose_rewriter``'s default)."""
 
@@ -70,29 +89,38 @@ def choose_rewriter(
     content_encoding: str | None = None,
     *,
     decoded: Collection[str] = IDENTITY,
-) -> SSERewriter | JSONRewriter | None:
+) -> Rewriter | None:
     """The rewriter for one response, or ``None`` when it passes through unchanged.
 
     Args:
         options: what the response side does for the request (``ResponseOptions``).
-        status: the HTTP status; only 2xx answers are rewritten (an upstream's own error passes through).
-        content_type: the ``content-type`` header, or ``None``: ``text/event-stream`` gets an ``SSERewriter``,
-            ``application/json`` (or any ``+json``) a ``JSONRewriter``, any other type nothing.
+        status: the HTTP status; only 2xx answers are rewritten (an upstream's own error passes through), but
+            for an error body of a translated wire API, which becomes the OpenAI-style error body.
+        content_type: the ``content-type`` header, or ``None``: ``text/event-stream`` gets a stream rewriter,
+            ``application/json`` (or any ``+json``) a body rewriter, any other type nothing.
         content_encoding: the ``content-encoding`` header, or ``None`` (identity).
         decoded: the encodings (lower case) the shell decodes before it feeds the rewriter; a body in any other
             encoding cannot be read and passes through.
+
+    Every rewriter has ``feed(bytes) -> bytes``, ``finish() -> bytes`` and ``fail(error) -> bytes``. A
+    ``StreamRewriter``'s output goes out as it comes; a ``BodyRewriter``'s is whole at ``finish``, and its
+    ``status``, when not ``None``, replaces the upstream's.
     """
-    if not 200 <= status < 300 or not content_type:
+    if not content_type:
         return None
     if content_encoding is not None and content_encoding.strip().lower() not in decoded:
         return None
     media = _MEDIA.get(content_type)  # the common spellings, without parsing
     if media is None:
         media = content_type.split(";", 1)[0].strip().lower()
+    json = media == "application/json" or media.endswith("+json")
+    adapter = WIRE_APIS.get(options.wire_api)
+    if not 200 <= status < 300:
+        return NativeJSONRewriter(options, adapter, error=True) if adapter is not None and json else None
     if media == "text/event-stream":
-        return SSERewriter(options)
-    if media == "application/json" or media.endswith("+json"):
-        return JSONRewriter(options)
+        return SSERewriter(options) if adapter is None else NativeSSERewriter(options, adapter)
+    if json:
+        return JSONRewriter(options) if adapter is None else NativeJSONRewriter(options, adapter)
     return None
 
 
@@ -267,6 +295,9 @@ class JSONRewriter(msgspec.Struct, gc=False):
     _parts: list[bytes] | None = None  # from the second piece on
     changed: bool = False
 
+    status: ClassVar[None] = None
+    """A chat completion body keeps the upstream's status."""
+
     def feed(self, chunk: bytes) -> bytes:
         """Take the next bytes of the upstream body; nothing is sent before the end."""
         if self._parts is not None:
@@ -317,3 +348,173 @@ def normalize_completion_body(body: bytes, options: ResponseOptions) -> bytes:
     if value is codec.UNDECODABLE or not normalize_completion(value, exclude=options.exclude, think=options.think):
         return body
     return encode(value)
+
+
+class NativeSSERewriter:
+    """Translate one stream of a native wire API into chat completion chunks (spec 004 "Streaming"); one per
+    response.
+
+    Events are decoded incrementally (split at any byte), translated by the adapter's ``StreamTranslator`` and
+    normalized by ``ChunkNormalizer`` like any chat stream; each chunk goes out as one ``data:`` event, and
+    ``data: [DONE]`` follows the native stream's terminal event. Keep-alive comments pass; a native error
+    event, an event that is not JSON, or a stream that ends before its terminal event ends with the error event
+    instead (``docs/errors.md``).
+    """
+
+    __slots__ = ("_decoder", "_done", "_normalizer", "_translator", "options")
+
+    def __init__(self, options: ResponseOptions, adapter: WireAdapter) -> None:
+        self.options = options
+        self._decoder = SSEDecoder()
+        self._translator = adapter.stream(options.answer or Answer())
+        self._normalizer = ChunkNormalizer(exclude=options.exclude, think=options.think)
+        self._done = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take the next bytes of the upstream body; return the bytes to send now."""
+        if self._done:
+            return b""
+        return self._events(self._decoder.feed(chunk))
+
+    def finish(self) -> bytes:
+        """End of the upstream body; return the last bytes to send."""
+        if self._done:
+            return b""
+        events, rest = self._decoder.end()
+        if rest is not None and rest.data is not None:
+            events.append(terminate_event(rest))
+        out = self._events(events)
+        if self._done:
+            return out
+        try:
+            chunks = self._translator.finish()
+        except ApiError as error:
+            return out + self._break_off(error)
+        return out + self._send(chunks) + self._close()
+
+    def fail(self, error: ApiError) -> bytes:
+        """The upstream body broke off; return the events it completed, then the error event."""
+        if self._done:
+            return b""
+        events, _ = self._decoder.end()
+        out = self._events(events)
+        return out if self._done else out + self._break_off(error)
+
+    def _events(self, events: list[SSEEvent]) -> bytes:
+        out: list[bytes] = []
+        for event in events:
+            if self._done:
+                break
+            data = event.data
+            if data is None:
+                if event.is_comment_only:
+                    out.append(event.raw)
+                continue
+            if data == b"[DONE]":
+                continue
+            try:
+                value = _decode(data)
+            except (msgspec.DecodeError, RecursionError):
+                value = codec.decode_fallback(data)
+                if value is codec.UNDECODABLE:
+                    out.append(self._break_off(_UNREADABLE))
+                    break
+            try:
+                chunks = self._translator.event(value)
+            except ApiError as error:
+                out.append(self._break_off(error))
+                break
+            if chunks:
+                out.append(self._send(chunks))
+            if self._translator.done:
+                out.append(self._close())
+        return b"".join(out)
+
+    def _send(self, chunks: list[dict[str, Any]]) -> bytes:
+        out: list[bytes] = []
+        normalize = self._normalizer.normalize
+        for chunk in chunks:
+            normalized = normalize(chunk)
+            for item in (chunk,) if normalized is UNCHANGED else normalized:
+                try:
+                    out.append(b"data: " + _encode(item) + b"\n\n")
+                except UnicodeEncodeError:  # a lone surrogate only the fallback could read
+                    out.append(b"data: " + codec.encode_fallback(item) + b"\n\n")
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _closing_chunks(self) -> bytes:
+        self._done = True
+        return b"".join(encode_event(codec.encode_lenient(chunk)) for chunk in self._normalizer.finish())
+
+    def _close(self) -> bytes:
+        return self._closing_chunks() + b"data: [DONE]\n\n"
+
+    def _break_off(self, error: ApiError) -> bytes:
+        return self._closing_chunks() + encode_event(error.to_bytes())
+
+
+_UNREADABLE = upstream_unavailable("The upstream sent an event that is not JSON; the answer is incomplete.")
+
+
+class NativeJSONRewriter:
+    """Translate one buffered answer of a native wire API into a chat completion (spec 004 "Response fields"),
+    or, with ``error``, a native error body into the OpenAI-style error body; one per response.
+
+    ``finish`` returns the whole body. An answer that cannot be translated becomes the OpenAI-style error body
+    of ``upstream_unavailable``, and ``status`` then holds its status (502), which the shell sends instead of
+    the upstream's.
+
+    Attributes:
+        changed: whether ``finish`` returned a body that differs from the upstream's.
+        status: the status to send instead of the upstream's, or ``None``.
+    """
+
+    __slots__ = ("_adapter", "_error", "_parts", "changed", "options", "status")
+
+    def __init__(self, options: ResponseOptions, adapter: WireAdapter, *, error: bool = False) -> None:
+        self.options = options
+        self._adapter = adapter
+        self._error = error
+        self._parts: list[bytes] = []
+        self.changed = False
+        self.status: int | None = None
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take the next bytes of the upstream body; nothing is sent before the end."""
+        self._parts.append(chunk)
+        return b""
+
+    def finish(self) -> bytes:
+        """End of the upstream body; return the whole body to send."""
+        body = b"".join(self._parts)
+        value = codec.decode_lenient(body)
+        if self._error:
+            translated = self._adapter.error(value) if value is not codec.UNDECODABLE else None
+            if translated is None:
+                return body
+            self.changed = True
+            return codec.encode_lenient(translated)
+        options = self.options
+        try:
+            if value is codec.UNDECODABLE:
+                raise upstream_unavailable("The upstream's answer is not JSON; numi_mw cannot translate it.")
+            chat = self._adapter.completion(value, options.answer or Answer())
+        except ApiError as error:
+            self.changed = True
+            self.status = error.status
+            return error.to_bytes()
+        normalize_completion(chat, exclude=options.exclude, think=options.think)
+        self.changed = True
+        return codec.encode_lenient(chat)
+
+    def fail(self, error: ApiError) -> bytes:
+        """The upstream body broke off: nothing to send (the shell answers with ``error`` instead)."""
+        return b""
+
+
+StreamRewriter = SSERewriter | NativeSSERewriter
+"""A rewriter whose output goes out as it comes (``isinstance(rewriter, StreamRewriter)``)."""
+BodyRewriter = JSONRewriter | NativeJSONRewriter
+"""A rewriter whose output is whole at ``finish``, with ``changed`` and ``status``."""
+Rewriter = StreamRewriter | BodyRewriter
+"""Any rewriter ``choose_rewriter`` returns."""

@@ -16,17 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from numi_mw.core.catalog import Catalog, Endpoint, Model, Provider, ReasoningCapabilities, WireApi
-from numi_mw.core.controls import ReasoningControls
-from numi_mw.core.errors import ApiError, invalid_request, provider_unavailable, unsupported_capability
+from numi_mw.core.adapters import WIRE_APIS
+from numi_mw.core.catalog import Catalog, Endpoint, Model, Provider, ReasoningCapabilities
+from numi_mw.core.controls import ReasoningControls, fold_controls
+from numi_mw.core.errors import ApiError, invalid_request, provider_unavailable
 from numi_mw.core.fields import CONTROL_FIELDS, drop, splice
 from numi_mw.core.history import prepare_messages
-from numi_mw.core.providers import PROVIDERS, ProviderRules, Replay
-
-WIRE_API_REPLAY: dict[WireApi, Replay] = {"anthropic-messages": "text"}
-"""Spec 000's filter row for routes whose wire API converts the history itself, whatever the provider's own row:
-an Anthropic Messages route keeps reasoning text "for conversion to thinking blocks" and removes details (the
-table's ``anthropic_compat`` provider)."""
+from numi_mw.core.providers import PROVIDERS, ControlsForm, ProviderRules, Replay, WireApi
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +40,7 @@ class Route:
         model: the catalog model id, or ``None`` for a single upstream or a model the catalog does not list.
         endpoint: the chosen endpoint's tag, or ``None`` without a catalog model.
         eligible: the tags of every eligible endpoint, in catalog order.
+        adaptive: the catalog marks the model's thinking as adaptive (``Model.adaptive_thinking``).
     """
 
     rules: ProviderRules
@@ -54,8 +51,11 @@ class Route:
     model: str | None = None
     endpoint: str | None = None
     eligible: tuple[str, ...] = ()
+    adaptive: bool = False
     replay: Replay = field(init=False)
     """The route's row of spec 000's message preparation filter: its wire API's, else its provider's."""
+    controls_form: ControlsForm = field(init=False)
+    """The form of the reasoning controls: its wire API's, else its provider's."""
     keeps_details: bool = field(init=False)
     """The filter keeps every assistant message's ``reasoning_details`` (a preserving ``details`` row)."""
     probes: bool = field(init=False)
@@ -63,10 +63,13 @@ class Route:
     wire API numi_mw translates to, nor for the ``zai-thinking`` form, which adds ``thinking`` to every request."""
 
     def __post_init__(self) -> None:
-        replay = WIRE_API_REPLAY.get(self.wire_api, self.rules.replay)
+        adapter = WIRE_APIS.get(self.wire_api)
+        replay = self.rules.replay if adapter is None else adapter.replay
         object.__setattr__(self, "replay", replay)
+        form = self.rules.controls_form if adapter is None else adapter.controls_form
+        object.__setattr__(self, "controls_form", form)
         object.__setattr__(self, "keeps_details", replay == "details" and self.preserve and self.reasoning)
-        probes = self.wire_api == "openai-chat" and self.rules.controls_form != "zai-thinking"
+        probes = adapter is None and self.rules.controls_form != "zai-thinking"
         object.__setattr__(self, "probes", probes)
 
     def describe(self) -> dict[str, Any]:
@@ -87,12 +90,13 @@ def rules_for(provider: Provider) -> ProviderRules:
     return PROVIDERS.get(provider.rules or provider.name, PROVIDERS["generic"])
 
 
-def fixed_route(provider: Provider | ProviderRules, *, preserve: bool = True) -> Route:
+def fixed_route(provider: Provider | ProviderRules, *, preserve: bool = True, wire_api: WireApi | None = None) -> Route:
     """The route of every request to one upstream (the sidecar with ``--upstream``, the middleware): its rules
-    (``rules_for``), its wire API, preservation as configured (spec 000's filter then applies with it)."""
+    (``rules_for``), its wire API (the provider's, unless ``wire_api`` names one), preservation as configured
+    (spec 000's filter then applies with it)."""
     if isinstance(provider, ProviderRules):
-        return Route(provider, preserve=preserve)
-    return Route(rules_for(provider), provider.wire_api, provider, preserve=preserve)
+        return Route(provider, wire_api or "openai-chat", preserve=preserve)
+    return Route(rules_for(provider), wire_api or provider.wire_api, provider, preserve=preserve)
 
 
 ROUTING_FIELDS = ("provider", "session_id")
@@ -111,8 +115,9 @@ def route_request(
     The endpoint's ``model`` name replaces the catalog id when it has one; ``provider`` and ``session_id`` are
     removed for providers whose rules do not read them.
 
-    Routing runs on the client's effort before any normalization, so an effort no endpoint accepts is refused
-    (spec 004 "Routing requirements") rather than moved to a nearby level.
+    An effort no endpoint accepts is refused (spec 004 "Routing requirements"), unless the model's
+    ``unsupported_effort`` is ``nearest``: then it is first moved to the nearest level some endpoint accepts
+    (spec 000 "Reasoning Modes", ``nearest_accepted_effort``) and routed as that level.
 
     Args:
         data: the decoded request body, controls folded (``controls.fold_controls``).
@@ -138,9 +143,13 @@ def route_request(
     else:
         routing = data.get("provider")
         strict = isinstance(routing, dict) and routing.get("require_parameters") is True
+        if nearest_accepted_effort(data, controls, model, require_parameters=strict):
+            changed = True
+            controls, _ = fold_controls(data)
         eligible = eligible_endpoints(model, controls, require_parameters=strict)
         endpoint = choose_endpoint(eligible, session_id(headers, data))
-        changed = apply_reasoning_mode(data, controls, model, endpoint)
+        if apply_reasoning_mode(data, controls, model, endpoint):
+            changed = True
         provider = catalog.provider(endpoint.provider) or catalog.providers[0]
         route = Route(
             rules_for(provider),
@@ -151,6 +160,7 @@ def route_request(
             model=model.id,
             endpoint=endpoint.tag,
             eligible=tuple(e.tag for e in eligible),
+            adaptive=model.adaptive_thinking,
         )
         if endpoint.model is not None and endpoint.model != model_id:
             data["model"] = endpoint.model
@@ -158,21 +168,6 @@ def route_request(
     if not route.rules.routing_fields and drop(data, ROUTING_FIELDS):
         changed = True
     return route, changed
-
-
-def check_wire_api(route: Route) -> None:
-    """Refuse a route whose wire API numi_mw cannot translate to.
-
-    Raises:
-        ApiError: 400 ``unsupported_capability`` on ``model`` for a wire API other than ``openai-chat``.
-    """
-    if route.wire_api != "openai-chat":
-        name = route.provider.name if route.provider is not None else route.rules.name
-        raise unsupported_capability(
-            f'Provider "{name}" speaks {route.wire_api}, which numi_mw cannot translate to yet; route this model '
-            "to an openai-chat provider.",
-            "model",
-        )
 
 
 EFFORT_SCALE: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -333,6 +328,43 @@ def normalize_effort(effort: str, levels: Sequence[str]) -> str:
     return EFFORT_SCALE[best]
 
 
+def nearest_accepted_effort(
+    body: dict[str, Any], controls: ReasoningControls, model: Model, *, require_parameters: bool
+) -> bool:
+    """Move an effort no endpoint of ``model`` accepts to the nearest level one does, in place, for a model with
+    ``unsupported_effort = "nearest"`` and ``reasoning_mode = "effort"`` (spec 000 "Reasoning Modes": "normalized
+    to the model's supported levels"); every other model keeps spec 004's 400.
+
+    The levels are those the endpoints list in ``supported_efforts``; the rule is ``normalize_effort``'s (ties
+    downward; ``none`` never moves and is never a target; an effort off the scale does not move). An effort some
+    endpoint accepts (with ``require_parameters``, by the strict rows) is left as it is, and so is an effort
+    beside ``enabled: false`` (not routed on). Call it before ``eligible_endpoints``; fold the controls again
+    when it returns ``True``.
+
+    Returns:
+        Whether ``body`` changed (``reasoning.effort`` now names the nearest level).
+    """
+    if model.unsupported_effort != "nearest" or model.reasoning_mode != "effort" or controls.enabled is False:
+        return False
+    effort = controls.effort
+    reasoning = body.get("reasoning")
+    if not isinstance(effort, str) or not isinstance(reasoning, dict) or reasoning.get("effort") != effort:
+        return False
+    if any(_effort_failure(endpoint, effort, require_parameters) is None for endpoint in model.endpoints):
+        return False
+    levels = [
+        level
+        for endpoint in model.endpoints
+        if endpoint.reasoning is not None
+        for level in endpoint.reasoning.supported_efforts or ()
+    ]
+    nearest = normalize_effort(effort, levels)
+    if nearest == effort:
+        return False
+    body["reasoning"] = {**reasoning, "effort": nearest}
+    return True
+
+
 def model_efforts(model: Model) -> list[str] | None:
     """The model's supported levels for normalization: the union of its endpoints' ``supported_efforts``, or
     ``None`` when some endpoint publishes none (that endpoint takes any effort, so nothing is normalized)."""
@@ -357,10 +389,10 @@ def apply_reasoning_mode(
 
     - ``effort``: a named effort the levels do not list becomes the nearest listed level
       (``normalize_effort``). With ``endpoint``, the levels are that endpoint's ``supported_efforts``; without,
-      the model's (``model_efforts``), which is how a caller normalizes *before* routing. Routing rejects an
-      effort no endpoint lists, so normalizing after routing never changes an effort routing accepted: call
-      this before ``eligible_endpoints`` (endpoint ``None``) to normalize, after it to keep spec 004's 400.
-      No published levels: unchanged.
+      the model's (``model_efforts``). ``route_request`` calls it after routing, with the chosen endpoint:
+      routing has already refused (``unsupported_effort = "refuse"``) or moved (``nearest``,
+      ``nearest_accepted_effort``) an effort no endpoint accepts, so this changes only an effort routing did
+      not route on (one beside ``enabled: false``). No published levels: unchanged.
     - ``enabled``: ``reasoning.effort`` (and ``reasoning.enabled``) become one ``enabled``: ``false`` when
       reasoning is off (``controls.off``), else ``true``; ``exclude``, ``max_tokens`` and unknown keys stay.
     - ``native``: unchanged; the provider receives the controls as sent.

@@ -140,7 +140,8 @@ class SSEDecoder:
 
     def _feed_simple(self, chunk: bytes) -> list[SSEEvent]:
         """The fast path for a chunk that starts at an event boundary and has no ``\r``: each complete event of
-        one ``data:`` line or of comments is cut straight out of ``chunk``; anything else goes to ``_parse``."""
+        one ``data:`` line, of an ``event:`` line and a ``data:`` line, or of comments is cut straight out of
+        ``chunk``; anything else goes to ``_parse``."""
         events: list[SSEEvent] = []
         start = 0
         while True:
@@ -157,6 +158,13 @@ class SSEDecoder:
                 events.append(SSEEvent(chunk[start : end + 2], value))
             elif block.startswith(b":") and b"\n" not in block:
                 events.append(SSEEvent(chunk[start : end + 2], None, None, None, True))
+            elif block.startswith(b"event:") and block.count(b"\n") == 1:  # Anthropic's and OpenAI's framing
+                line, _, data = block.partition(b"\n")
+                if not data.startswith(b"data:"):
+                    break
+                name = line[7:] if line[6:7] == b" " else line[6:]
+                value = data[6:] if data[5:6] == b" " else data[5:]
+                events.append(SSEEvent(chunk[start : end + 2], value, name.decode("utf-8", "replace")))
             else:
                 break
             start = end + 2

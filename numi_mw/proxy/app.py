@@ -16,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import unquote_to_bytes
 
 import httpx
@@ -28,13 +29,29 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
-from numi_mw.asgi import HOP_BY_HOP, connection_tokens, read_body, with_length, without_headers
+from numi_mw.asgi import (
+    HOP_BY_HOP,
+    adjustments_header,
+    check_options,
+    check_upstream,
+    connection_tokens,
+    read_body,
+    with_length,
+    without_headers,
+)
+from numi_mw.core.adapters import WIRE_APIS, WireAdapter
 from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_listing
 from numi_mw.core.codec import encode
 from numi_mw.core.errors import ApiError, bad_path, model_not_found, upstream_timeout, upstream_unavailable
-from numi_mw.core.providers import infer_provider, provider_rules
+from numi_mw.core.providers import WIRE_API_NAMES, WireApi, infer_provider, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
-from numi_mw.core.response import JSONRewriter, ResponseOptions, SSERewriter, choose_rewriter, think_tags_for
+from numi_mw.core.response import (
+    ResponseOptions,
+    StreamRewriter,
+    choose_rewriter,
+    response_options,
+    think_tags_for,
+)
 from numi_mw.core.routing import Route, fixed_route
 from numi_mw.core.think import ThinkStart, ThinkTags
 
@@ -49,6 +66,8 @@ connection, up to the read timeout, and then fail with 504); up to 100 idle ones
 
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
+_DROP_STREAMED = HOP_BY_HOP | {b"host", b"accept-encoding"}
+"""What a body forwarded as it streams loses: its ``content-length`` stays (httpx then sends no chunked framing)."""
 _DROP_REWRITTEN = HOP_BY_HOP | {b"content-encoding", b"content-length"}
 DECODED = frozenset(("identity", "gzip", "deflate", "x-gzip", ""))
 """Content encodings httpx decodes without optional packages; a response in another one is not rewritten."""
@@ -145,7 +164,8 @@ class _Sidecar:
     @staticmethod
     def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
         """The upstream URL for a sidecar request path, as sent (still percent-encoded): a leading ``/v1`` stands
-        for the base URL's path, and the rest is appended to it byte for byte.
+        for the base URL's path, and the rest is appended to it byte for byte; the base URL's own query comes
+        first, the request's after it.
 
         Raises:
             ApiError: 400 ``invalid_request`` for a path with a dot segment (``.``, ``..`` or their
@@ -155,9 +175,10 @@ class _Sidecar:
             raise bad_path()
         if raw_path == b"/v1" or raw_path.startswith(b"/v1/"):
             raw_path = raw_path[3:]
-        base = httpx.URL(base_url.rstrip("/"))
-        url = base.copy_with(raw_path=base.raw_path.rstrip(b"/") + raw_path)
-        return url.copy_with(query=query) if query else url
+        base = httpx.URL(base_url)
+        path, _, base_query = base.raw_path.partition(b"?")  # a base URL may carry a query (api-version=...)
+        merged = b"&".join(part for part in (base_query, query) if part)
+        return base.copy_with(raw_path=path.rstrip(b"/") + raw_path + (b"?" + merged if merged else b""))
 
     def _listing(self, method: str, path: str) -> Response | None:
         """``GET …/models`` and ``GET …/models/{author}/{slug}/endpoints`` served from the catalog."""
@@ -180,24 +201,25 @@ class _Sidecar:
         if listing is not None:
             return listing
         try:
-            built = await self.outgoing(request)
-            if built is None:  # the client left before its body ended
+            call = await self.outgoing(request)
+            if call is None:  # the client left before its body ended
                 return Response(status_code=400)
-            outgoing, options = built
             client = self.client
             if client is None:  # pragma: no cover - only without lifespan
                 raise RuntimeError("the sidecar's lifespan has not started")
-            try:
-                upstream = await client.send(outgoing, stream=True)
-            except httpx.RequestError as exc:
-                raise upstream_failure(exc, "send") from None
-            return await self.answer(upstream, options)
+            upstream = await _send(client, call)
+            return await self.answer(upstream, call)
         except ApiError as error:
             return _error_response(error)
 
-    async def outgoing(self, request: Request) -> tuple[httpx.Request, ResponseOptions | None] | None:
-        """The upstream request for ``request``, and the response options when its answer is to be rewritten
+    async def outgoing(self, request: Request) -> _Call | None:
+        """The upstream request for ``request``, with the response options when its answer is to be rewritten
         (chat completions); ``None`` when the client left before its body ended.
+
+        A chat completions request on a route whose wire API is translated goes to the base URL plus the
+        adapter's path (``/messages``, ``/responses``), with the headers that wire API needs: the client's
+        ``Authorization: Bearer KEY`` becomes the adapter's key header (``x-api-key: KEY``) and its fixed
+        headers (``anthropic-version``) are added, each unless the client sent it.
 
         Raises:
             ApiError: what ``prepare_request`` refuses; 413 over the body limit; 400 for a dot-segment path.
@@ -206,8 +228,11 @@ class _Sidecar:
         method = request.method
         content: bytes | AsyncIterator[bytes]
         options: ResponseOptions | None = None
+        adjustments: list[str] = []
+        adapter: WireAdapter | None = None
         provider = self.default
         raw = request.headers.raw
+        path = request.scope.get("raw_path") or request.url.path.encode()
         if is_chat_completions(method, request.url.path):
             declared = request.headers.get("content-length")
             body = await read_body(request.receive, self.max_body_bytes, declared.encode() if declared else None)
@@ -218,42 +243,49 @@ class _Sidecar:
             if route.provider is not None:
                 provider = route.provider
             content = prepared.body
-            options = ResponseOptions(
-                exclude=prepared.controls.exclude,
-                think=think_tags_for(route.rules, self.think_tags, self.think_start),
-            )
+            think = think_tags_for(route.rules, self.think_tags, self.think_start)
+            created = int(time.time()) if prepared.translation is not None else 0
+            options = response_options(prepared.translation, prepared.controls.exclude, think, created=created)
+            adjustments = prepared.adjustments
+            adapter = WIRE_APIS.get(route.wire_api)
+            if adapter is not None:
+                path = adapter.path.encode()
+        elif "content-length" in request.headers or "transfer-encoding" in request.headers:
+            content = request.stream()  # forwarded as it comes, with the client's content-length when it sent one
         else:
-            content = request.stream()
-        headers = without_headers(raw, _DROP_REQUEST | connection_tokens(raw))
+            content = b""  # no body: none is sent (a GET gets no chunked framing)
+        drop = _DROP_REQUEST if isinstance(content, bytes) else _DROP_STREAMED
+        headers = without_headers(raw, drop | connection_tokens(raw))
         headers.append((b"accept-encoding", b"identity"))
         key = self.keys.get(provider.name)
         if key is not None:
             headers = [(k, v) for k, v in headers if k != b"authorization"]
             headers.append((b"authorization", b"Bearer " + key.encode("latin-1")))
-        url = self.target_url(
-            provider.base_url,
-            request.scope.get("raw_path") or request.url.path.encode(),
-            request.scope.get("query_string", b""),
-        )
-        return self.client.build_request(method, url, headers=headers, content=content), options
+        if adapter is not None:
+            headers = _native_headers(headers, adapter)
+        url = self.target_url(provider.base_url, path, request.scope.get("query_string", b""))
+        request_out = self.client.build_request(method, url, headers=headers, content=content)
+        return _Call(request_out, options, adjustments, isinstance(content, bytes))
 
-    async def answer(self, upstream: httpx.Response, options: ResponseOptions | None) -> Response:
-        """The client's response for the upstream's: rewritten when ``options`` and ``choose_rewriter`` say so,
-        else relayed as it comes (the upstream response is closed on every path).
+    async def answer(self, upstream: httpx.Response, call: _Call) -> Response:
+        """The client's response for the upstream's: rewritten when the call has response options and
+        ``choose_rewriter`` picks a rewriter, else relayed as it comes (the upstream response is closed on every
+        path). The call's adjustments go in the ``x-numi-mw-adjustments`` header.
 
         Raises:
             ApiError: 502 or 504 when a buffered body cannot be read whole (``upstream_failure``).
         """
         rewriter = None
-        if options is not None:
+        if call.options is not None:
             rewriter = choose_rewriter(
-                options,
+                call.options,
                 upstream.status_code,
                 upstream.headers.get("content-type"),
                 upstream.headers.get("content-encoding"),
                 decoded=DECODED,
             )
-        if isinstance(rewriter, JSONRewriter):
+        extra = adjustments_header(call.adjustments)
+        if rewriter is not None and not isinstance(rewriter, StreamRewriter):
             try:
                 body = await upstream.aread()
             except httpx.RequestError as exc:
@@ -261,20 +293,68 @@ class _Sidecar:
             finally:
                 await upstream.aclose()
             body = rewriter.feed(body) + rewriter.finish()
-            plain = Response(body, status_code=upstream.status_code)
-            plain.raw_headers = with_length(upstream.headers.raw, len(body), _DROP_REWRITTEN)
+            status = rewriter.status if rewriter.status is not None else upstream.status_code
+            plain = Response(body, status_code=status)
+            plain.raw_headers = with_length(upstream.headers.raw, len(body), _DROP_REWRITTEN) + extra
             return plain
         response = StreamingResponse(
             _relay(upstream, rewriter), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
         )
         if rewriter is None:
-            response.raw_headers = without_headers(upstream.headers.raw, HOP_BY_HOP)
+            response.raw_headers = without_headers(upstream.headers.raw, HOP_BY_HOP) + extra
         else:
-            response.raw_headers = with_length(upstream.headers.raw, None, _DROP_REWRITTEN)
+            response.raw_headers = with_length(upstream.headers.raw, None, _DROP_REWRITTEN) + extra
         return response
 
 
-async def _relay(upstream: httpx.Response, rewriter: SSERewriter | None) -> AsyncIterator[bytes]:
+class _Call(NamedTuple):
+    """One upstream call: the request, the response options when its answer is rewritten, the adjustments, and
+    whether its body can be sent again (bytes, not a stream the client is still sending)."""
+
+    request: httpx.Request
+    options: ResponseOptions | None
+    adjustments: list[str]
+    replayable: bool
+
+
+async def _send(client: httpx.AsyncClient, call: _Call) -> httpx.Response:
+    """Send the call's request under the one mapping of httpx errors (``upstream_failure``).
+
+    A request whose body is bytes is sent once more when the upstream closed a kept-alive connection before
+    answering (``RemoteProtocolError`` before any response byte): llama.cpp's server closes the connection after
+    every streamed answer although it announces keep-alive, and a pooled client meets that on its next request.
+
+    Raises:
+        ApiError: 502 or 504 (``upstream_failure``).
+    """
+    try:
+        try:
+            return await client.send(call.request, stream=True)
+        except httpx.RemoteProtocolError:
+            if not call.replayable:
+                raise
+            return await client.send(call.request, stream=True)
+    except httpx.RequestError as exc:
+        raise upstream_failure(exc, "send") from None
+
+
+def _native_headers(headers: list[tuple[bytes, bytes]], adapter: WireAdapter) -> list[tuple[bytes, bytes]]:
+    """``headers`` for a translated wire API: a bearer key moved to the adapter's key header, and its fixed
+    headers, each unless the client sent it."""
+    names = {k.lower() for k, _ in headers}
+    target = adapter.api_key_header.encode()
+    if target != b"authorization" and target not in names:
+        for i, (key, value) in enumerate(headers):
+            if key.lower() == b"authorization" and value[:7].lower() == b"bearer ":
+                headers[i] = (target, value[7:].strip())
+                break
+    for header, text in adapter.headers:
+        if header.encode() not in names:
+            headers.append((header.encode(), text.encode()))
+    return headers
+
+
+async def _relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> AsyncIterator[bytes]:
     """Yield the upstream body as it arrives, through ``rewriter`` when there is one; close the upstream response
     on every path. A stream the upstream breaks off ends with ``rewriter.fail``'s error event.
 
@@ -326,6 +406,7 @@ def create_app(
     think_tags: bool | ThinkTags | None = None,
     think_start: ThinkStart = "content",
     preserve_reasoning: bool = True,
+    wire_api: WireApi | None = None,
 ) -> Starlette:
     """Build the sidecar app: in front of one upstream, or routing through a model catalog.
 
@@ -346,19 +427,41 @@ def create_app(
         think_start: where a stream starts for the think splitter (``ThinkTags.start``).
         preserve_reasoning: with ``upstream``, replay reasoning in history where the provider takes it (spec 000
             "The Message Preparation Filter" with preservation on); a catalog says it per model.
+        wire_api: with ``upstream``, the wire API it speaks (default ``openai-chat``): with
+            ``anthropic-messages`` or ``openai-responses`` chat completions requests go to ``<upstream>/messages``
+            or ``<upstream>/responses``, translated, and their answers come back as chat completions
+            (``docs/wire-apis.md``); a catalog says it per provider.
 
     Raises:
-        ValueError: neither or both of ``upstream`` and ``catalog``; ``provider`` is not a known provider name.
+        ValueError: neither or both of ``upstream`` and ``catalog``; ``upstream`` is not an ``http://`` or
+            ``https://`` URL with a host; ``provider`` is not a known provider name; ``wire_api`` is not a known
+            wire API, or is given with a catalog; an option of the wrong type or range (``max_body_bytes``,
+            ``timeout``, ``think_tags``, ``think_start``, ``preserve_reasoning``).
 
     Errors reach the client as the OpenAI-style error body (``docs/errors.md``). An upstream's own error
     response is passed through unchanged.
     """
     if (upstream is None) == (catalog is None):
         raise ValueError("give either an upstream base URL or a catalog")
+    check_options(
+        max_body_bytes=max_body_bytes,
+        think_tags=think_tags,
+        think_start=think_start,
+        preserve_reasoning=preserve_reasoning,
+    )
+    if not isinstance(timeout, httpx.Timeout) and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+    ):
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    if upstream is not None:
+        check_upstream(upstream)
+    if wire_api is not None and (catalog is not None or wire_api not in WIRE_API_NAMES):
+        raise ValueError(f"wire_api must be one of {', '.join(WIRE_API_NAMES)}, and goes with an upstream")
     target: Route | Catalog
     if upstream is not None:
         name = provider_rules(provider if provider is not None else infer_provider(upstream)).name
-        target = fixed_route(Provider(name=name, base_url=upstream), preserve=preserve_reasoning)
+        single = Provider(name=name, base_url=upstream, wire_api=wire_api or "openai-chat")
+        target = fixed_route(single, preserve=preserve_reasoning)
     else:
         assert catalog is not None
         target = catalog
