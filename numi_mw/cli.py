@@ -258,6 +258,8 @@ def _request(args: argparse.Namespace) -> int:
     except ApiError as error:
         sys.stdout.buffer.write(error.to_bytes() + b"\n")
         return 1
+    if prepared.adjustments:  # what the sidecar would say in x-numi-mw-adjustments
+        sys.stderr.write("numi-mw request: adjustments: " + ", ".join(prepared.adjustments) + "\n")
     if args.catalog:
         out = {"route": prepared.route.describe(), "body": decoder.decode(prepared.body)}
         sys.stdout.buffer.write(encode(out) + b"\n")

@@ -721,3 +721,117 @@ def test_an_anthropic_error_body_becomes_the_openai_style_error_body() -> None:
         "error": {"message": "Overloaded", "type": "overloaded_error", "code": "overloaded_error", "param": None}
     }
     assert rewriter.status is None  # the upstream's status stays
+
+
+# --- fixes from review: requests Anthropic would refuse, and what must not be lost -------------------------
+
+
+def test_an_explicit_budget_gets_the_default_output_room_above_it() -> None:
+    body, _ = native({"model": "m", "reasoning": {"max_tokens": 5000}, "messages": [{"role": "user", "content": "Q"}]})
+    assert (body["max_tokens"], body["thinking"]) == (9096, {"type": "enabled", "budget_tokens": 5000})
+
+
+def test_a_prefill_with_thinking_on_turns_thinking_off() -> None:
+    # Anthropic: "Prefilling is only available for non-extended thinking modes"
+    body, adjustments = native(
+        {
+            "model": "m",
+            "reasoning_effort": "high",
+            "max_tokens": 20000,
+            "messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "Sure"}],
+        }
+    )
+    assert (body["thinking"], body["messages"][-1]) == (
+        {"type": "disabled"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Sure"}]},
+    )
+    assert adjustments == ["thinking-disabled=prefill"]
+
+
+def test_a_multi_step_tool_loop_keeps_thinking_when_its_first_step_is_signed() -> None:
+    # without interleaved thinking Claude thinks once per assistant turn: later steps carry no thinking block
+    second = {**CALL, "id": "toolu_02"}
+    body, adjustments = native(
+        {
+            "model": "m",
+            "reasoning_effort": "low",
+            "messages": [
+                {"role": "user", "content": "Weather in Lisbon, then Porto?"},
+                {"role": "assistant", "content": None, "reasoning_details": [SIGNED], "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "toolu_01", "content": "21C"},
+                {"role": "assistant", "content": None, "tool_calls": [second]},
+                {"role": "tool", "tool_call_id": "toolu_02", "content": "18C"},
+            ],
+        }
+    )
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert adjustments == []
+    # ... and turns it off when the loop's first step lost its block
+    body, adjustments = native(
+        {
+            "model": "m",
+            "reasoning_effort": "low",
+            "messages": [
+                {"role": "user", "content": "Weather in Lisbon, then Porto?"},
+                {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "toolu_01", "content": "21C"},
+                {"role": "assistant", "content": None, "reasoning_details": [SIGNED], "tool_calls": [second]},
+                {"role": "tool", "tool_call_id": "toolu_02", "content": "18C"},
+            ],
+        }
+    )
+    assert (body["thinking"], adjustments) == ({"type": "disabled"}, ["thinking-disabled=history"])
+
+
+@pytest.mark.parametrize(
+    ("chat", "expected", "adjustments"),
+    [
+        ({"user": "u1", "metadata": {"k": "v"}}, {"metadata": {"user_id": "u1"}}, ["parameters-dropped=metadata"]),
+        ({"metadata": {"user_id": "u2"}}, {"metadata": {"user_id": "u2"}}, []),
+        ({"service_tier": "auto"}, {"service_tier": "auto"}, []),
+        ({"service_tier": "flex"}, {}, ["parameters-dropped=service_tier"]),
+        ({"max_tokens": 1500.0}, {"max_tokens": 1500}, []),
+        (
+            {"tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}},
+            {},
+            ["tool-choice-dropped"],
+        ),
+    ],
+)
+def test_fields_anthropic_reads_differently(
+    chat: dict[str, Any], expected: dict[str, Any], adjustments: list[str]
+) -> None:
+    body, notes = native({"model": "m", "messages": [{"role": "user", "content": "Q"}], **chat})
+    assert {k: v for k, v in body.items() if k in expected} == expected
+    assert not {"metadata", "service_tier", "tool_choice"} - set(expected) & set(body)
+    assert notes == adjustments
+
+
+def test_a_foreign_detail_and_its_plain_text_count_once() -> None:
+    _, adjustments = native(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "Q"},
+                {
+                    "role": "assistant",
+                    "content": "A",
+                    "reasoning": "Summary.",
+                    "reasoning_details": [
+                        {"type": "reasoning.summary", "summary": "Summary.", "format": "openai-responses-v1"}
+                    ],
+                },
+                {"role": "user", "content": "Q2"},
+            ],
+        }
+    )
+    assert adjustments == ["foreign-reasoning-dropped=1"]
+
+
+@pytest.mark.parametrize(("status", "media"), [(200, "text/html"), (200, None), (200, "text/plain")])
+def test_a_successful_answer_that_is_not_the_wire_apis_is_a_502(status: int, media: str | None) -> None:
+    rewriter = choose_rewriter(OPTIONS, status, media)
+    assert rewriter is not None
+    body = rewriter.feed(b"<html>x</html>") + rewriter.finish()
+    assert rewriter.status == 502
+    assert json.loads(body)["error"]["code"] == "upstream_unavailable"

@@ -164,3 +164,50 @@ def test_responses_the_request_goes_to_responses_and_the_encrypted_state_comes_b
         "encrypted_content": item["encrypted_content"],
         "summary": [{"type": "summary_text", "text": part["text"]} for part in item["summary"]],
     }
+
+
+def test_other_paths_of_an_anthropic_upstream_get_its_headers_too(
+    upstream: ReplayUpstream, anthropic_sidecar: str
+) -> None:
+    httpx.get(anthropic_sidecar + "/models", headers={"authorization": "Bearer sk-ant-x"}, timeout=10)
+    received = upstream.received[-1]
+    assert (received.path, received.headers["x-api-key"], received.headers["anthropic-version"]) == (
+        "/v1/models",
+        "sk-ant-x",
+        "2023-06-01",
+    )
+    assert "authorization" not in received.headers
+
+
+def test_a_catalog_key_replaces_the_clients_in_the_wire_apis_header(tmp_path: Path, upstream: ReplayUpstream) -> None:
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(
+        f"""
+[[providers]]
+name = "claude-direct"
+base_url = "{upstream.base_url}"
+wire_api = "anthropic-messages"
+api_key_env = "NUMI_TEST_ANTHROPIC_KEY"
+
+[[models]]
+id = "claude-x"
+
+[[models.endpoints]]
+tag = "direct"
+provider = "claude-direct"
+"""
+    )
+    with sidecar(None, "--catalog", str(catalog), env={"NUMI_TEST_ANTHROPIC_KEY": "sk-catalog"}) as base:
+        httpx.post(
+            base + "/chat/completions",
+            json={"model": "claude-x", "messages": HISTORY},
+            headers={
+                "x-api-key": "sk-client-own",
+                "authorization": "Bearer sk-client",
+                "x-replay-fixture": "anthropic-messages/anthropic-sonnet-4.5-thinking-signature.buffered.json",
+            },
+            timeout=10,
+        )
+    received = upstream.received[-1]
+    assert (received.path, received.headers["x-api-key"]) == ("/v1/messages", "sk-catalog")
+    assert "authorization" not in received.headers

@@ -117,9 +117,10 @@ EXPECTED: dict[str, dict[str, tuple[dict[str, Any], list[str]]]] = {
         "none": ({"thinking": OFF}, []),
         "enabled true": ({"thinking": {"type": "enabled", "budget_tokens": 8192}}, []),
         "enabled false": ({"thinking": OFF}, []),
-        "exclude": ({"thinking": {"type": "enabled", "budget_tokens": 8192}}, []),
+        # exclude alone asks for no reasoning: Anthropic's default (off) costs nothing to hide
+        "exclude": ({}, []),
         "budget": ({"thinking": {"type": "enabled", "budget_tokens": 2048}}, []),
-        "unknown attribute": ({"thinking": {"type": "enabled", "budget_tokens": 8192}}, ATTRIBUTE),
+        "unknown attribute": ({}, ATTRIBUTE),
     },
 }
 """Each provider's row of the table: per control, the fields the upstream receives beside ``model`` and

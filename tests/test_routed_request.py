@@ -274,9 +274,11 @@ def test_a_provider_that_speaks_anthropic_messages_gets_a_translated_request() -
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "21C"}]},
         ],
         "max_tokens": 4000,
-        "thinking": {"type": "enabled", "budget_tokens": 2048},
+        # the tool loop's turn is both assistant messages (Anthropic joins consecutive turns of one role), and
+        # without preservation the first lost its thinking: Anthropic would refuse thinking on, so it is off
+        "thinking": {"type": "disabled"},
     }
-    assert prepared.adjustments == []
+    assert prepared.adjustments == ["thinking-disabled=history"]
 
 
 def test_model_must_be_a_string() -> None:

@@ -307,8 +307,9 @@ def add_zai_thinking(body: dict[str, Any], form: ControlsForm) -> bool:
 
 def _anthropic_thinking(body: dict[str, Any], controls: ReasoningControls, lost: list[str]) -> dict[str, Any]:
     """``thinking`` with a budget: an explicit ``reasoning.max_tokens`` as is (it wins over an effort), else a
-    budget generated from the effort (an effort with no budget, or none, counts as ``medium``) capped below the
-    output limit, or no ``thinking`` when that leaves no room."""
+    budget generated from the effort (an effort with no budget, and ``enabled: true``, count as ``medium``)
+    capped below the output limit, or no ``thinking`` when that leaves no room. Controls that ask for no
+    reasoning (``exclude`` alone, unknown attributes alone) send no ``thinking``: Anthropic's default, off."""
     if controls.off:
         if controls.max_tokens is not None:
             lost.append("budget-dropped")
@@ -319,6 +320,8 @@ def _anthropic_thinking(body: dict[str, Any], controls: ReasoningControls, lost:
         return {"thinking": {"type": "enabled", "budget_tokens": controls.max_tokens}}
     effort = controls.effort
     if effort is None:
+        if controls.enabled is not True:
+            return {}
         effort = DEFAULT_EFFORT
     elif not isinstance(effort, str) or effort not in EFFORT_BUDGETS:
         lost.append("effort-dropped")

@@ -196,7 +196,11 @@ def prepare_request(
             controls, _ = fold_controls(data)
     adapter = WIRE_APIS.get(route.wire_api)
     if adapter is not None and adapter.default_max_tokens is not None and output_limit(data) is None:
-        data["max_tokens"] = adapter.default_max_tokens  # before the controls: a generated budget fits below it
+        # before the controls, so that a generated budget fits below it; an explicit budget gets the default's
+        # room above it (spec 004 "Output limits and billing": keep the budget below max_tokens)
+        budget = controls.max_tokens
+        room = budget if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0 else 0
+        data["max_tokens"] = adapter.default_max_tokens + room
     notes: list[str] = []
     if prepare_for_route(data, controls, route, len(body), metadata=found is not _CHANGES, notes=notes):
         changed = True

@@ -106,22 +106,23 @@ def choose_rewriter(
     ``StreamRewriter``'s output goes out as it comes; a ``BodyRewriter``'s is whole at ``finish``, and its
     ``status``, when not ``None``, replaces the upstream's.
     """
-    if not content_type:
-        return None
     if content_encoding is not None and content_encoding.strip().lower() not in decoded:
         return None
+    adapter = WIRE_APIS.get(options.wire_api)
+    if not content_type:
+        # a translated wire API's answer must be translated: one that is not JSON becomes a 502
+        return NativeJSONRewriter(options, adapter) if adapter is not None and 200 <= status < 300 else None
     media = _MEDIA.get(content_type)  # the common spellings, without parsing
     if media is None:
         media = content_type.split(";", 1)[0].strip().lower()
     json = media == "application/json" or media.endswith("+json")
-    adapter = WIRE_APIS.get(options.wire_api)
     if not 200 <= status < 300:
         return NativeJSONRewriter(options, adapter, error=True) if adapter is not None and json else None
     if media == "text/event-stream":
         return SSERewriter(options) if adapter is None else NativeSSERewriter(options, adapter)
-    if json:
-        return JSONRewriter(options) if adapter is None else NativeJSONRewriter(options, adapter)
-    return None
+    if adapter is not None:
+        return NativeJSONRewriter(options, adapter)  # JSON, or an answer that is not the wire API's: a 502
+    return JSONRewriter(options) if json else None
 
 
 _MEDIA = {
@@ -458,7 +459,8 @@ _UNREADABLE = upstream_unavailable("The upstream sent an event that is not JSON;
 
 class NativeJSONRewriter:
     """Translate one buffered answer of a native wire API into a chat completion (spec 004 "Response fields"),
-    or, with ``error``, a native error body into the OpenAI-style error body; one per response.
+    or, with ``error``, a native error body into the OpenAI-style error body; one per response. A 2xx answer of
+    any content type but a stream comes here: one that is not the wire API's JSON becomes a 502.
 
     ``finish`` returns the whole body. An answer that cannot be translated becomes the OpenAI-style error body
     of ``upstream_unavailable``, and ``status`` then holds its status (502), which the shell sends instead of

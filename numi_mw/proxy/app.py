@@ -257,10 +257,14 @@ class _Sidecar:
         drop = _DROP_REQUEST if isinstance(content, bytes) else _DROP_STREAMED
         headers = without_headers(raw, drop | connection_tokens(raw))
         headers.append((b"accept-encoding", b"identity"))
+        if adapter is None:
+            adapter = WIRE_APIS.get(provider.wire_api)  # every path of a native upstream needs its headers
         key = self.keys.get(provider.name)
-        if key is not None:
-            headers = [(k, v) for k, v in headers if k != b"authorization"]
-            headers.append((b"authorization", b"Bearer " + key.encode("latin-1")))
+        if key is not None:  # a configured key replaces whatever key the client sent, in the wire API's header
+            target = adapter.api_key_header.encode() if adapter is not None else b"authorization"
+            headers = [(k, v) for k, v in headers if k.lower() not in (b"authorization", target)]
+            value = key.encode("latin-1")
+            headers.append((target, b"Bearer " + value if target == b"authorization" else value))
         if adapter is not None:
             headers = _native_headers(headers, adapter)
         url = self.target_url(provider.base_url, path, request.scope.get("query_string", b""))

@@ -48,8 +48,6 @@ FINISH_REASONS: dict[str, str] = {
 
 PASSED: frozenset[str] = frozenset(
     (
-        "metadata",
-        "service_tier",
         "top_k",
         "container",
         "context_management",
@@ -79,9 +77,14 @@ CONSUMED: frozenset[str] = frozenset(
         "response_format",
         "reasoning",
         "reasoning_effort",
+        "metadata",
+        "service_tier",
     )
 )
 """Chat fields the translation reads and writes in Anthropic's form."""
+
+SERVICE_TIERS = frozenset(("auto", "standard_only"))
+"""Anthropic's ``service_tier`` values; OpenAI's (``default``, ``flex``, ...) mean nothing there."""
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -124,9 +127,9 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
     tool_choice = _tool_choice(data.get("tool_choice"), data.get("parallel_tool_calls"))
     if tool_choice is not None:
         body["tool_choice"] = tool_choice
-    user = data.get("user")
-    if isinstance(user, str) and user:
-        body["metadata"] = {"user_id": user}
+    elif isinstance(data.get("tool_choice"), dict):
+        adjustments.append("tool-choice-dropped")
+    _metadata(body, data, adjustments)
     output_format = _output_format(data.get("response_format"), adjustments)
     for key, value in data.items():
         if key in PASSED and value is not None:
@@ -155,10 +158,32 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
     )
 
 
+def _metadata(body: dict[str, Any], data: dict[str, Any], adjustments: list[str]) -> None:
+    """``user`` → ``metadata.user_id``; a ``metadata`` object that holds only ``user_id`` is Anthropic's own and
+    passes; chat's ``metadata`` (OpenAI's stored-completion tags) has no counterpart and is reported, as is an
+    OpenAI ``service_tier``."""
+    metadata = data.get("metadata")
+    ours = isinstance(metadata, dict) and set(metadata) == {"user_id"}
+    user = data.get("user")
+    if isinstance(user, str) and user:
+        body["metadata"] = {"user_id": user}
+    elif ours:
+        body["metadata"] = metadata
+    dropped = [key for key in ("metadata",) if metadata is not None and not ours]
+    tier = data.get("service_tier")
+    if tier in SERVICE_TIERS:
+        body["service_tier"] = tier
+    elif tier is not None:
+        dropped.append("service_tier")
+    if dropped:
+        adjustments.append("parameters-dropped=" + "+".join(dropped))
+
+
 def _output_limit(data: dict[str, Any]) -> Any:
     """``max_tokens``: the pipeline has set it (``WireAdapter.default_max_tokens``); ``max_completion_tokens``
     alone, or the smaller of the two, when the client sent both."""
     limits = [data[key] for key in ("max_tokens", "max_completion_tokens") if data.get(key) is not None]
+    limits = [int(value) if isinstance(value, float) and value.is_integer() else value for value in limits]
     if not limits:
         return DEFAULT_MAX_TOKENS
     numbers = [value for value in limits if isinstance(value, int) and not isinstance(value, bool)]
@@ -221,7 +246,6 @@ def _thinking_blocks(message: dict[str, Any], counts: dict[str, int]) -> list[di
     Anthropic."""
     details = message.get("reasoning_details")
     blocks: list[dict[str, Any]] = []
-    unsigned = False
     if isinstance(details, list):
         for detail in details:
             if not isinstance(detail, dict):
@@ -238,10 +262,9 @@ def _thinking_blocks(message: dict[str, Any], counts: dict[str, int]) -> list[di
             elif kind == "reasoning.text" and not signed:
                 if detail.get("text"):
                     counts["unsigned-reasoning-dropped"] += 1
-                    unsigned = True
             else:
                 counts["foreign-reasoning-dropped"] += 1
-    if not blocks and not unsigned:
+    if not isinstance(details, list) or not details:  # the plain text beside details is the same reasoning
         for key in ("reasoning", "reasoning_content"):
             value = message.get(key)
             if isinstance(value, str) and value:
@@ -359,10 +382,10 @@ def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
         out = {"type": "none"}
     elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
         out = {"type": "tool", "name": choice["function"].get("name")}
-    elif isinstance(choice, dict):
+    elif isinstance(choice, dict) and choice.get("type") in ("auto", "any", "tool", "none"):
         out = choice  # Anthropic's own form
     else:
-        out = None
+        out = None  # chat's allowed_tools and other forms have no Anthropic counterpart (reported)
     if parallel is False:
         out = {"type": "auto"} if out is None else out
         if out.get("type") != "none":
@@ -404,8 +427,12 @@ def _adaptive(body: dict[str, Any], controls: ReasoningControls) -> None:
 def _thinking_rules(body: dict[str, Any], adjustments: list[str]) -> None:
     """Keep Anthropic's documented rules on thinking, adjusting the request rather than sending one it refuses:
 
-    - thinking on, and the assistant turn before the latest tool results does not start with a thinking block
-      (the client dropped it): thinking is turned off for this request (``thinking-disabled=history``);
+    - thinking on in a tool loop (the request ends with tool results), and the assistant turn of that loop does
+      not start with a thinking block (the client dropped it): thinking is turned off for this request
+      (``thinking-disabled=history``). The turn is every assistant message since the last user message that is
+      not tool results alone; without interleaved thinking only its first message carries thinking;
+    - thinking on with a final assistant message (a prefill, which Anthropic takes only without extended
+      thinking): thinking off (``thinking-disabled=prefill``);
     - thinking on with ``tool_choice`` forcing a tool (manual thinking refuses it): thinking off
       (``thinking-disabled=tool-choice``);
     - thinking off: a final assistant message carries no thinking block (``thinking-blocks-dropped``);
@@ -415,20 +442,22 @@ def _thinking_rules(body: dict[str, Any], adjustments: list[str]) -> None:
     thinking = body.get("thinking")
     on = isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
     messages = body["messages"]
+    reason = None
     if on and _tool_turn_without_thinking(messages):
-        body["thinking"] = {"type": "disabled"}
-        adjustments.append("thinking-disabled=history")
-        on = False
-    choice = body.get("tool_choice")
-    if (
+        reason = "history"
+    elif on and messages and messages[-1]["role"] == "assistant":
+        reason = "prefill"
+    elif (
         on
         and isinstance(thinking, dict)
         and thinking.get("type") == "enabled"
-        and isinstance(choice, dict)
-        and choice.get("type") in ("any", "tool")
+        and isinstance(body.get("tool_choice"), dict)
+        and body["tool_choice"].get("type") in ("any", "tool")
     ):
+        reason = "tool-choice"
+    if reason is not None:
         body["thinking"] = {"type": "disabled"}
-        adjustments.append("thinking-disabled=tool-choice")
+        adjustments.append(f"thinking-disabled={reason}")
         on = False
     if not on and messages and messages[-1]["role"] == "assistant":
         blocks = messages[-1]["content"]
@@ -450,15 +479,32 @@ def _thinking_rules(body: dict[str, Any], adjustments: list[str]) -> None:
 
 
 def _tool_turn_without_thinking(messages: list[dict[str, Any]]) -> bool:
-    """Whether the request ends with tool results whose assistant turn does not start with a thinking block."""
-    if len(messages) < 2 or messages[-1]["role"] != "user" or not _is_results(messages[-1]):
+    """Whether the request ends with tool results and the first assistant message of that tool loop's turn
+    (the first after the last user message that is not tool results alone) does not start with a thinking
+    block."""
+    if not messages or messages[-1]["role"] != "user" or not _is_results(messages[-1]):
         return False
-    assistant = messages[-2]
-    if assistant["role"] != "assistant":
+    start = 0
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if message["role"] == "user" and not _only_results(message):
+            start = i + 1
+            break
+    first = next((m for m in messages[start:] if m["role"] == "assistant"), None)
+    if first is None:
         return False
-    blocks = assistant["content"]
-    first = blocks[0] if blocks else None
-    return not (isinstance(first, dict) and first.get("type") in ("thinking", "redacted_thinking"))
+    blocks = first["content"]
+    head = blocks[0] if isinstance(blocks, list) and blocks else None
+    return not (isinstance(head, dict) and head.get("type") in ("thinking", "redacted_thinking"))
+
+
+def _only_results(message: dict[str, Any]) -> bool:
+    content = message["content"]
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(block, dict) and block.get("type") == "tool_result" for block in content)
+    )
 
 
 # --- answers ---------------------------------------------------------------------------------------------------
