@@ -16,14 +16,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from benchmarks import baseline, payloads
+from benchmarks import baseline, payloads, think
 from benchmarks.config import Config
 from benchmarks.timing import BatchRunner, Measurement, interleave, ratios, sync_runner, timed_ratio
 from numi_mw import ReasoningMiddleware
 from numi_mw.core.adapters import Answer
 from numi_mw.core.providers import provider_rules
 from numi_mw.core.request import prepare_request
-from numi_mw.core.response import ResponseOptions, SSERewriter, choose_rewriter
+from numi_mw.core.response import ResponseOptions, choose_rewriter
 from numi_mw.core.sse import SSEDecoder
 
 PROVIDER = "openrouter"
@@ -272,18 +272,6 @@ def run_request(config: Config) -> list[Measurement]:
 # --- 3. stream normalization ----------------------------------------------------------------------------------
 
 
-def _numi_stream(events: list[bytes]) -> Callable[[], bytes]:
-    options = ResponseOptions()
-
-    def run() -> bytes:
-        rewriter = SSERewriter(options)
-        out = [rewriter.feed(event) for event in events]
-        out.append(rewriter.finish())
-        return b"".join(out)
-
-    return run
-
-
 def _baseline_stream(events: list[bytes]) -> Callable[[], bytes]:
     def run() -> bytes:
         normalizer = baseline.StreamNormalizer()
@@ -345,7 +333,7 @@ def _per_event(samples: dict[str, list[float]], events: int) -> dict[str, list[f
 
 def stream_measurements(name: str, label: str, events: list[bytes], rounds: int, batch: float) -> list[Measurement]:
     count = len(events)
-    numi, base, split = _numi_stream(events), _baseline_stream(events), _split_stream(events)
+    numi, base, split = think.rewrite_stream(events), _baseline_stream(events), _split_stream(events)
     if split() != b"".join(events):
         raise RuntimeError(f"{name}: the SSE split does not give the stream back")
     numi()  # raises if numi_mw cannot take the stream
@@ -444,6 +432,7 @@ def run_stream(config: Config) -> list[Measurement]:
         config.rounds,
         config.batch_seconds,
     )
+    out.append(think.cost_measurement(config))  # beside the plain stream's row
     for stem, raw in payloads.fixture_streams().items():
         out += stream_measurements(
             f"stream.fixture.{stem}",
@@ -455,4 +444,5 @@ def run_stream(config: Config) -> list[Measurement]:
     for wire, raw in payloads.native_streams().items():
         events = payloads.split_events(raw)
         out.append(native_stream_measurement(wire, events, config.fixture_rounds, config.batch_seconds))
+    out += think.latency_measurements(config)
     return out

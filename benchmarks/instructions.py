@@ -10,7 +10,9 @@ Workloads (``--workloads`` picks some):
 - ``request.plain_2kb``, ``request.rewrite_2kb``, ``request.history_200kb``: ``prepare_request`` on the harness's
   payloads for an OpenRouter route;
 - ``asgi.plain_2kb``, ``asgi.rewrite_2kb``: one request through ``ReasoningMiddleware`` around the bare app;
-- ``stream.spec_2000``: the 2,000-event spec-shaped stream through one ``SSERewriter`` (per stream).
+- ``stream.spec_2000``: the 2,000-event spec-shaped stream through one ``SSERewriter`` (per stream);
+- ``stream.think_2000``: the 2,000-event local stream with ``<think>`` tags in ``content``
+  (``payloads.local_stream_events``) through one ``SSERewriter`` that splits them (per stream).
 
 Needs valgrind (Debian's ``valgrind`` package); each workload takes about a minute.
 """
@@ -34,6 +36,7 @@ WORKLOADS: dict[str, int] = {
     "asgi.plain_2kb": 200,
     "asgi.rewrite_2kb": 200,
     "stream.spec_2000": 2,
+    "stream.think_2000": 2,
 }
 """Each workload with its ``N`` (iterations of the shorter run)."""
 
@@ -42,6 +45,7 @@ def _workload(name: str) -> Callable[[int], None]:
     from benchmarks import payloads
     from benchmarks.inprocess import _scope, bare_app, call_asgi
     from numi_mw import ReasoningMiddleware, ResponseOptions, SSERewriter, fixed_route, prepare_request, provider_rules
+    from numi_mw.core.think import ThinkTags
 
     route = fixed_route(provider_rules("openrouter"))
     if name.startswith("request."):
@@ -66,11 +70,13 @@ def _workload(name: str) -> Callable[[int], None]:
                 await call_asgi(app, scope, body)
 
         return lambda n: asyncio.run(calls(n))
-    events = payloads.spec_stream_events(2000)
+    think = name == "stream.think_2000"
+    events = payloads.local_stream_events(2000, "tags") if think else payloads.spec_stream_events(2000)
+    options = ResponseOptions(think=ThinkTags()) if think else ResponseOptions()
 
     def run_streams(n: int) -> None:
         for _ in range(n):
-            rewriter = SSERewriter(ResponseOptions())
+            rewriter = SSERewriter(options)
             for event in events:
                 rewriter.feed(event)
             rewriter.finish()

@@ -1,4 +1,4 @@
-"""Deterministic benchmark payloads: request bodies and SSE streams (issue 5 "Payload generator").
+"""Deterministic benchmark payloads: request bodies and SSE streams.
 
 - ``request_2kb``: a 2 KB chat completions request, 3 messages, both reasoning shorthands.
 - ``plain_2kb``: the same shape with nothing to normalize (no ``reasoning`` anywhere, no ``\\u`` escape).
@@ -9,6 +9,8 @@
   ``delta.reasoning`` and a ``reasoning.text`` detail, then content chunks, the finish chunk, a usage chunk and
   ``data: [DONE]``).
 - ``fixture_streams``: the recorded ``../shared/fixtures/openai-chat/*.sse`` streams, when present.
+- ``local_stream_events``: what a local server streams for the same text, in the shapes its reasoning takes
+  (tags in ``content``, only the closing tag, no tags at all, ``reasoning_content``).
 
 Every generator is seeded, so two runs (and two processes) build the same bytes. Sizes are exact: a body is
 padded with ASCII filler in its last user message up to the requested size.
@@ -271,6 +273,51 @@ def spec_stream_events(events: int = 2000, reasoning_share: float = 0.6) -> list
         },
     }
     out.append(b"data: " + _compact(usage) + b"\n\n")
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+LOCAL_SHAPES = ("tags", "closing", "plain", "fields")
+"""The shapes of ``local_stream_events``."""
+
+
+def local_stream_events(events: int = 2000, shape: str = "tags", reasoning_share: float = 0.6) -> list[bytes]:
+    """The events of a local server's stream with the text of ``spec_stream_events`` (same seed, same words).
+
+    Every chunk carries one piece of text, as a server streams tokens: ``reasoning_share`` of the body is
+    reasoning, the rest the answer; then the finish chunk, a usage chunk and ``data: [DONE]``. ``shape`` says
+    where the reasoning goes:
+
+    - ``tags``: inside ``content``, ``<think>\\n`` in front of the first piece and ``\\n</think>\\n\\n`` after
+      the last (a model that writes both tags, or llama.cpp with ``reasoning_format: "none"``);
+    - ``closing``: inside ``content`` with only the closing tag (the chat template opened it in the prompt);
+    - ``plain``: no reasoning at all: every piece is answer text (a model that writes no tags);
+    - ``fields``: in ``delta.reasoning_content`` (a server that parses the reasoning, llama.cpp's default).
+    """
+    if events < 5:
+        raise ValueError("a stream needs at least 5 events")
+    if shape not in LOCAL_SHAPES:
+        raise ValueError(f"shape must be one of {', '.join(LOCAL_SHAPES)}")
+    rng = random.Random(2000)
+    body = events - 3
+    reasoning = 0 if shape == "plain" else max(1, int(body * reasoning_share))
+    out: list[bytes] = []
+    for i in range(body):
+        text = _text(rng, rng.randint(1, 4)) + " "
+        delta: dict[str, Any] = {"role": "assistant"} if i == 0 else {}
+        if i < reasoning and shape == "fields":
+            delta["reasoning_content"] = text
+        else:
+            if shape == "tags" and i == 0:
+                text = "<think>\n" + text
+            if shape in ("tags", "closing") and i == reasoning - 1:
+                text += "\n</think>\n\n"
+            delta["content"] = text
+        out.append(_chunk(delta))
+    out.append(_chunk({}, "stop"))
+    usage = {"id": _CHUNK_ID, "object": "chat.completion.chunk", "created": 1790000000, "model": _MODEL}
+    tokens = {"prompt_tokens": 24, "completion_tokens": body, "total_tokens": body + 24}
+    out.append(b"data: " + _compact({**usage, "choices": [], "usage": tokens}) + b"\n\n")
     out.append(b"data: [DONE]\n\n")
     return out
 

@@ -87,8 +87,8 @@ def table(measurements: list[Measurement]) -> str:
             spread = f"{s.q1:.2f}-{s.q3:.2f} ({s.min:.2f}-{s.max:.2f})"
         result = {True: "pass", False: "MISS", None: "-"}[m.passed]
         medians = "; ".join(f"{side.name} {_figure(side.median, side.unit)}" for side in m.sides)
-        unit = "" if m.name.startswith("stream.memory") and not m.name.endswith(".time") else "x"
-        ratio = f"{m.ratio:.2f}" if unit == "" and m.ratio is not None else _ratio(m.ratio)
+        unit = "" if m.name.startswith("stream.memory") and not m.name.endswith(".time") else m.unit
+        ratio = f"{m.ratio:.2f}{unit}" if unit != "x" and m.ratio is not None else _ratio(m.ratio)
         rows.append((m.name, ratio, spread, f"{m.direction} {m.target:g}{unit}", result, medians))
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     lines = []

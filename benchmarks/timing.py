@@ -69,10 +69,11 @@ class Measurement:
         ratio: the median ratio (``None`` when skipped).
         spread: median, quartiles and extremes of the per-round ratios.
         direction: ``<=`` when the ratio must not exceed ``target``, ``>=`` when it must reach it.
-        target: the target from issue 5.
+        target: the target the row must meet (its value, in ``unit``).
         sides: the contenders' medians (absolute figures: reported, never asserted).
         extra: further figures (sizes, errors, counts).
         skipped: why the measurement did not run, or ``None``.
+        unit: what ``ratio`` and ``target`` count: ``x`` for a ratio, `` ms`` for a time (a latency row).
     """
 
     name: str
@@ -84,6 +85,7 @@ class Measurement:
     sides: list[Side] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     skipped: str | None = None
+    unit: str = "x"
 
     @property
     def passed(self) -> bool | None:
@@ -99,6 +101,7 @@ class Measurement:
             "ratio": self.ratio,
             "spread": asdict(self.spread) if self.spread is not None else None,
             "target": f"{self.direction} {self.target:g}",
+            "unit": self.unit,
             "direction": self.direction,
             "target_value": self.target,
             "pass": self.passed,

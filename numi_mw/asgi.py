@@ -127,14 +127,15 @@ def check_options(
 
     Raises:
         ValueError: ``max_body_bytes`` is not a positive whole number (bytes); ``think_tags`` is not ``None``, a
-            boolean or a ``ThinkTags``; ``think_start`` is not one of ``content``, ``reasoning``, ``auto``;
+            boolean or a ``ThinkTags``; ``think_start`` is not ``None`` (not set) or one of ``content``,
+            ``reasoning``, ``auto``;
             ``preserve_reasoning`` is not a boolean.
     """
     if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
         raise ValueError(f"max_body_bytes must be a positive whole number of bytes, not {max_body_bytes!r}")
     if think_tags is not None and not isinstance(think_tags, bool | ThinkTags):
         raise ValueError(f"think_tags must be None, true, false or a ThinkTags, not {think_tags!r}")
-    if think_start not in THINK_STARTS:
+    if think_start is not None and think_start not in THINK_STARTS:
         raise ValueError(f"think_start must be one of {', '.join(THINK_STARTS)}, not {think_start!r}")
     if not isinstance(preserve_reasoning, bool):
         raise ValueError(f"preserve_reasoning must be true or false, not {preserve_reasoning!r}")

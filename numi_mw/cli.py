@@ -132,8 +132,9 @@ def _think_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--think-start",
         choices=THINK_STARTS,
-        default="content",
-        help="where a stream starts: content (default), reasoning (the template opened the tag), auto",
+        default=None,
+        help="where a stream starts: content, reasoning (the template opened the tag), auto (default: the "
+        "catalog model's think_start, else content)",
     )
 
 

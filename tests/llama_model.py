@@ -22,6 +22,14 @@ the think tags are emitted as plain text split across tokens (``SPLIT_SCRIPT``: 
 ``</th`` + ``ink>``); the text is identical. With ``chat_template_kwargs: {"enable_thinking": false}`` the
 prompt ends with ``</think>\n\n`` and the ``\n\n`` token continues with the answer only.
 
+``write_model(path, script=...)`` makes a model that emits another script: ``SCRIPTS`` holds the shapes the
+tests use (newlines after both tags, none at all, reasoning only, an unclosed block, content only, a block of
+blank lines, extra newlines, tags split across tokens), each a ``Script`` with the raw text and the split
+llama-server 0.3.36 gives with ``reasoning_format: "deepseek"``. ``OPENED_TEMPLATE`` is the chat template of
+the models whose template opens the reasoning tag in the prompt (QwQ, DeepSeek-R1 distills, Qwen3
+"Thinking-2507"): its generation prompt ends with ``<think>\n``, so the model writes only the closing tag
+(``OPENED_SCRIPT``); llama-server takes it with ``--chat-template-file``.
+
 ``run_llama_server`` starts ``llama-server`` on a free local port and yields its OpenAI base URL.
 """
 
@@ -35,7 +43,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 import httpx
 import numpy as np
@@ -84,6 +92,41 @@ SCRIPT: tuple[str, ...] = (
 SPLIT_SCRIPT: tuple[str, ...] = ("<thi", "nk>", *SCRIPT[1:3], "</th", "ink>", *SCRIPT[4:])
 """The generated pieces when ``split_tags=True``."""
 
+
+class Script(NamedTuple):
+    """A script for ``write_model``: the generated pieces (one token each; no piece may be the bare ``"\\n"``,
+    which ends the prompt, and no piece may repeat) and the reasoning and content llama-server extracts from it
+    with ``reasoning_format: "deepseek"`` (checked against the server by ``tests/test_e2e_llama.py``)."""
+
+    pieces: tuple[str, ...]
+    reasoning: str
+    content: str
+
+    @property
+    def text(self) -> str:
+        """The generated text, as ``reasoning_format: "none"`` returns it."""
+        return "".join(self.pieces)
+
+
+SCRIPTS: dict[str, Script] = {
+    "newlines": Script(SCRIPT, SERVER_REASONING, CONTENT),
+    "no-newlines": Script(("<think>", "Plan", " first.", "</think>", "Answer", " now."), "Plan first.", "Answer now."),
+    "reasoning-only": Script(("<think>", "\nOnly", " thinking.\n", "</think>"), "Only thinking.\n", ""),
+    "unclosed": Script(("<think>", "\nStill", " thinking"), "Still thinking", ""),
+    "content-only": Script(("Just", " the answer."), "", "Just the answer."),
+    "blank-reasoning": Script(("<think>", "\n\n\n", "</think>", "\n\n", "Answer", " here."), "", "Answer here."),
+    "extra-newlines": Script(
+        ("<think>", "\n\nDeep", ".\n\n", "</think>", "\n\n\n", "Answer", " below."), "\nDeep.\n\n", "\nAnswer below."
+    ),
+    "split-no-newlines": Script(
+        ("<th", "ink>", "Plan", " first.", "</", "think>", "Answer", " now."), "Plan first.", "Answer now."
+    ),
+}
+"""Scripted outputs by name, with llama-server's own split of each."""
+
+OPENED_SCRIPT: tuple[str, ...] = ("Spell it out: ", *SCRIPT[2:])
+"""What a model whose chat template opened ``<think>\\n`` writes: ``SCRIPT`` after ``<think>\\n``."""
+
 _N_EMBD = 64
 _N_HEAD = 2
 _N_FF = 64
@@ -119,6 +162,20 @@ CHAT_TEMPLATE = """\
 """
 """Qwen3-like ChatML template: history reasoning is rendered as ``<think>\\n...\\n</think>\\n\\n``."""
 
+OPENED_TEMPLATE = CHAT_TEMPLATE.replace(
+    """    {{- '<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\\n\\n</think>\\n\\n' }}
+    {%- endif %}""",
+    """    {{- '<|im_start|>assistant\\n<think>\\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '\\n</think>\\n\\n' }}
+    {%- endif %}""",
+)
+"""``CHAT_TEMPLATE`` with the generation prompt of QwQ, the DeepSeek-R1 distills and the Qwen3 "Thinking-2507"
+models: it opens the reasoning block, ``<|im_start|>assistant\\n<think>\\n``."""
+assert OPENED_TEMPLATE != CHAT_TEMPLATE
+
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map used by byte-level BPE vocabularies."""
@@ -139,8 +196,12 @@ def _bpe_text(piece: str) -> str:
     return "".join(_BYTE_CHARS[b] for b in piece.encode())
 
 
-def _vocab() -> tuple[list[str], list[int], dict[str, int]]:
-    """Token texts (as stored in the GGUF), token types and an index from decoded piece to token id."""
+def _vocab(script: Sequence[str]) -> tuple[list[str], list[int], dict[str, int]]:
+    """Token texts (as stored in the GGUF), token types and an index from decoded piece to token id.
+
+    The vocabulary holds the bytes, the special tokens, ``"\\n\\n"`` (the one merge) and ``script``'s pieces; the
+    default model's vocabulary (``SCRIPT``) also holds ``SPLIT_SCRIPT``'s pieces, as it always has.
+    """
     texts = [_BYTE_CHARS[b] for b in range(256)]
     types = [_NORMAL] * 256
     ids = {bytes([b]).decode("latin-1"): b for b in range(128)}  # ASCII pieces -> byte tokens
@@ -148,7 +209,8 @@ def _vocab() -> tuple[list[str], list[int], dict[str, int]]:
         ids[piece] = len(texts)
         texts.append(piece)
         types.append(kind)
-    for piece in dict.fromkeys((*SCRIPT, *SPLIT_SCRIPT)):
+    extra = (*SCRIPT, *SPLIT_SCRIPT) if tuple(script) in (SCRIPT, SPLIT_SCRIPT) else ("\n\n", *script)
+    for piece in dict.fromkeys(extra):
         if piece not in ids:
             ids[piece] = len(texts)
             texts.append(_bpe_text(piece))
@@ -156,13 +218,27 @@ def _vocab() -> tuple[list[str], list[int], dict[str, int]]:
     return texts, types, ids
 
 
-def write_model(path: Path, *, split_tags: bool = False) -> None:
-    """Write the scripted model to ``path`` (about 260 kB)."""
+def write_model(
+    path: Path,
+    *,
+    split_tags: bool = False,
+    script: Sequence[str] | None = None,
+    chat_template: str = CHAT_TEMPLATE,
+) -> None:
+    """Write the scripted model to ``path`` (about 260 kB).
+
+    Args:
+        path: the GGUF file to write.
+        split_tags: emit ``SPLIT_SCRIPT`` (tags split across tokens) instead of ``SCRIPT``.
+        script: the pieces to emit instead (one token each, ``<|im_end|>`` after the last); see ``Script``.
+        chat_template: the embedded chat template (llama-server's ``--chat-template-file`` overrides it).
+    """
     import gguf  # imported lazily: only tests that need a model require the package
 
-    texts, types, ids = _vocab()
+    if script is None:
+        script = SPLIT_SCRIPT if split_tags else SCRIPT
+    texts, types, ids = _vocab(script)
     n_vocab = len(texts)
-    script = SPLIT_SCRIPT if split_tags else SCRIPT
     chain = [ids[_PROMPT_END], *(ids[piece] for piece in script), ids[_EOS]]
     assert len(set(chain)) == len(chain), "every token in the chain needs a unique successor"
     assert len(chain) < _N_EMBD
@@ -202,7 +278,7 @@ def write_model(path: Path, *, split_tags: bool = False) -> None:
     writer.add_eos_token_id(ids[_EOS])
     writer.add_pad_token_id(ids[_BOS])
     writer.add_add_bos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_chat_template(chat_template)
 
     head_dim = _N_EMBD // _N_HEAD
     ones = np.ones(_N_EMBD, dtype=np.float32)

@@ -351,6 +351,15 @@ def test_packaged_default_catalog_uses_the_spec_000_combination() -> None:
             wire_api="openai-responses",
             api_key_env="OPENAI_API_KEY",
         ),
+        # a local server for open-weight models whose chat template opens the reasoning tag
+        Provider(name="local", base_url="http://127.0.0.1:8000/v1", wire_api="openai-chat", rules="local"),
+    ]
+    local = [
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",
+        "deepseek-ai/DeepSeek-R1-Distill-Llama-70B",
+        "Qwen/QwQ-32B",
+        "Qwen/Qwen3-30B-A3B-Thinking-2507",
+        "Qwen/Qwen3-235B-A22B-Thinking-2507",
     ]
     assert [m.id for m in catalog.models] == [
         "openai/gpt-5-mini",
@@ -359,10 +368,12 @@ def test_packaged_default_catalog_uses_the_spec_000_combination() -> None:
         "z-ai/glm-4.6",
         "claude-sonnet-4-5",
         "gpt-5-mini",
+        *local,
     ]
-    direct = {"claude-sonnet-4-5": "anthropic", "gpt-5-mini": "openai"}
+    direct = {"claude-sonnet-4-5": "anthropic", "gpt-5-mini": "openai", **dict.fromkeys(local, "local")}
     for model in catalog.models:
         assert (model.reasoning_mode, model.preserve_reasoning) == ("effort", True)
+        assert model.think_start == ("reasoning" if model.id in local else None)
         for endpoint in model.endpoints:
             assert endpoint.provider == direct.get(model.id, "openrouter")
             assert endpoint.supported_parameters is not None

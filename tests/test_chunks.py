@@ -254,7 +254,7 @@ def test_stream_without_finish_reason_flushes_at_done() -> None:
 def test_template_opened_tag_starts_in_reasoning() -> None:
     body = data(chunk({"content": "Plan.</think>\n\nDone."})) + data(chunk({}, "stop"))
     view = client_view(sse_chunks(rewrite(body, think=ThinkTags(start="reasoning"))))
-    assert (view.reasoning, view.content) == ("Plan.", "\n\nDone.")
+    assert (view.reasoning, view.content) == ("Plan.", "Done.")  # the "\n\n" after the tag is markup
 
 
 def test_several_choices_keep_their_own_state() -> None:
@@ -300,7 +300,7 @@ def test_any_chunking_gives_the_same_bytes(cuts: list[int]) -> None:
     whole = rewrite(THINK_STREAM, think=ThinkTags())
     assert rewrite(THINK_STREAM, think=ThinkTags(), cuts=tuple(sorted(cuts))) == whole
     view = client_view(sse_chunks(whole))
-    assert (view.reasoning, view.content) == ("\nSpell it out: s, t, r, a, w, b, e, r, r, y.\n", "\n\nThree r's.")
+    assert (view.reasoning, view.content) == ("Spell it out: s, t, r, a, w, b, e, r, r, y.\n", "Three r's.")
 
 
 def test_buffered_tagged_reasoning_follows_the_providers_own() -> None:
@@ -617,7 +617,7 @@ def test_tags_that_echo_reasoning_content_are_not_doubled_in_a_buffered_completi
         b'\\n\\nThree.","reasoning_content":"Spell it out."},"finish_reason":"stop"}]}'
     )
     assert rewrite_json(body, think=ThinkTags()) == (
-        b'{"choices":[{"index":0,"message":{"role":"assistant","content":"\\n\\nThree.","reasoning":"Spell it out.",'
+        b'{"choices":[{"index":0,"message":{"role":"assistant","content":"Three.","reasoning":"Spell it out.",'
         b'"reasoning_details":[{"type":"reasoning.text","text":"Spell it out.","format":"unknown"}]},'
         b'"finish_reason":"stop"}]}'
     )

@@ -141,7 +141,7 @@ def test_request_with_a_catalog_refuses_an_unaccepted_effort() -> None:
 def test_catalog_check(tmp_path: Path) -> None:
     ok = run(["catalog", "check", PACKAGED], b"")
     assert ok.returncode == 0
-    assert ok.stdout.decode().endswith(": ok: 3 providers, 6 models, 6 endpoints\n")
+    assert ok.stdout.decode().endswith(": ok: 4 providers, 11 models, 11 endpoints\n")
     bad = tmp_path / "bad.toml"
     bad.write_text('[[providers]]\nname = "x"\nbase_url = "ftp://x"\n')
     result = run(["catalog", "check", str(bad)], b"")

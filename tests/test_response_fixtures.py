@@ -137,9 +137,13 @@ THINK = re.compile(r"(?s)^(.*?)<think>(.*?)</think>(.*)$")
 
 
 def expected_split(text: str) -> tuple[str, str]:
+    """Reasoning and content as llama.cpp's parser splits them: one "\n" after the opening tag and up to two
+    after the closing tag are markup (``docs/streaming.md``, "Think tags")."""
     match = THINK.match(text)
     assert match is not None
-    return match.group(2), match.group(1) + match.group(3)
+    before, reasoning, after = match.groups()
+    newlines = len(after) - len(after.lstrip("\n"))
+    return reasoning.removeprefix("\n"), before + after[min(newlines, 2) :]
 
 
 def bedrock_as_chat(raw: bytes) -> bytes:

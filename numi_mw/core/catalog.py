@@ -25,6 +25,7 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from numi_mw.core.providers import PROVIDERS, WireApi
+from numi_mw.core.think import THINK_STARTS, ThinkStart
 
 ReasoningMode = Literal["effort", "enabled", "native", "none"]
 UnsupportedEffort = Literal["refuse", "nearest"]
@@ -92,6 +93,10 @@ class Model(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fal
             routed; ``routing.nearest_accepted_effort``).
         adaptive_thinking: on an Anthropic Messages route, the model thinks adaptively: an effort goes as
             ``thinking: {"type": "adaptive"}`` with ``output_config.effort`` rather than a token budget.
+        think_start: where the model's answer starts for the think-tag splitter on routes that split tags
+            (``ThinkTags.start``: ``content``, ``reasoning`` when its chat template opens the reasoning tag in the
+            prompt so the model writes only the closing tag, ``auto``); ``None`` leaves it to the shell's
+            default (``docs/streaming.md``, "Think tags"). An explicit ``--think-start`` wins over it.
         endpoints: the offers, in catalog order (the first is the representative one and the default route).
     """
 
@@ -100,6 +105,7 @@ class Model(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fal
     preserve_reasoning: bool = False
     unsupported_effort: UnsupportedEffort = "refuse"
     adaptive_thinking: bool = False
+    think_start: ThinkStart | None = None
     endpoints: list[Endpoint]
 
 
@@ -170,6 +176,7 @@ _KEY = {"providers": "name", "models": "id"}
 _CHOICES: dict[str, tuple[str, ...]] = {
     "reasoning_mode": get_args(ReasoningMode),
     "unsupported_effort": get_args(UnsupportedEffort),
+    "think_start": THINK_STARTS,
     "wire_api": get_args(WireApi),
 }
 

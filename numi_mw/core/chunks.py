@@ -17,6 +17,11 @@ returns the chunks the client receives:
 - Signature-only fragments, encrypted and summary details pass through in order, with their opaque fields
   untouched. The finish chunk keeps its delta and gets no synthetic detail; text a think splitter still held
   goes out in a chunk of its own just before it. Usage passes through.
+- With a think splitter, a chunk that carries reasoning in its own fields and no content text tells the
+  splitter so (``ThinkSplitter.reasoning_in_fields``): content text before a closing tag that follows is the
+  end of that reasoning. A harmony tool call the splitter finds in ``content`` goes out as ``delta.tool_calls``
+  (an id ``call_<chunk id>_<n>``, the function's name, then its arguments as they stream), and the choice's
+  ``finish_reason`` ``stop`` becomes ``tool_calls``, as vLLM's harmony path sends them.
 - With ``exclude``, no reasoning appears at all: the reasoning fields are removed, reasoning tags and their
   text are cut from ``content``, and chunks left with nothing are dropped.
 
@@ -59,6 +64,7 @@ class _Choice:
     splitter: ThinkSplitter | None = None
     finished: bool = False
     echoing: bool = False  # the stream's reasoning tags repeat its reasoning fields (``_note_echo``)
+    tool_calls: int = 0  # harmony tool calls the splitter found in this choice's content
 
 
 def _note_echo(state: _Choice, delta: dict[str, Any], pieces: list[Piece], splitter: ThinkSplitter) -> None:
@@ -133,10 +139,15 @@ class ChunkNormalizer:
         if not isinstance(choices, list) or not choices:
             return UNCHANGED
         self._envelope = data
-        if len(choices) == 1 and self._plain:
-            fast = self._fast(data, choices[0])
-            if fast is not _SLOW:
-                return fast
+        if len(choices) == 1:
+            if self._plain:
+                fast = self._fast(data, choices[0])
+                if fast is not _SLOW:
+                    return fast
+            elif self.think is not None:
+                fast = self._fast_think(data, choices[0])
+                if fast is not _SLOW:
+                    return fast
         results: list[list[Any]] = []
         changed = False
         for choice in choices:
@@ -148,16 +159,40 @@ class ChunkNormalizer:
                 results.append(entries)
         if not changed:
             return UNCHANGED
-        if all(len(entries) <= 1 for entries in results):
-            kept = [entries[0] for entries in results if entries]
-            if not kept and data.get("usage") is None:
-                return []
-            return [{**data, "choices": kept}]
-        chunks = [{**data, "choices": [entry]} for entries in results for entry in entries]
-        if "usage" in data:
-            for chunk in chunks[:-1]:
-                chunk["usage"] = None
-        return chunks
+        return _chunks_of(data, results)
+
+    def _fast_think(self, data: dict[str, Any], choice: Any) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
+        """The common chunk of a stream with a think splitter (one choice; a delta of ``content`` text and perhaps
+        ``role``, as local servers stream tokens): when the splitter gives one content or reasoning piece for it,
+        the delta is built directly; any other outcome takes the general path's entries. ``_SLOW`` for any other
+        chunk. Same output as the general path, key order included."""
+        if type(choice) is not dict:
+            return _SLOW
+        delta = choice.get("delta")
+        if type(delta) is not dict or choice.get("finish_reason") is not None:
+            return _SLOW
+        content = delta.get("content")
+        size = len(delta)
+        if type(content) is not str or not content or (size != 1 and (size != 2 or "role" not in delta)):
+            return _SLOW
+        state = self._choices[choice.get("index", 0)]
+        splitter = state.splitter
+        assert splitter is not None  # a stream with think settings has a splitter per choice
+        pieces = splitter.feed(content)
+        if len(pieces) == 1:
+            kind, text = pieces[0]
+            fields: dict[str, Any] | None = None
+            if kind == "content":
+                if text == content:
+                    return UNCHANGED
+                fields = {"content": text}
+            elif kind == "reasoning" and not self.exclude and not state.echoing:
+                fields = self._piece_fields(pieces[0], state)
+            if fields is not None:
+                choice["delta"] = {"role": delta["role"], **fields} if size == 2 else fields
+                return [data]
+        entries = self._entries(choice, delta, state, pieces, split=True, finishing=False)
+        return UNCHANGED if entries is UNCHANGED else _chunks_of(data, [entries])
 
     def _fast(self, data: dict[str, Any], choice: Any) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
         """The common reasoning chunk (one choice; one unsigned text fragment, with ``reasoning`` the same text or
@@ -276,25 +311,42 @@ class ChunkNormalizer:
             return UNCHANGED
 
         pieces: list[Piece] = []
-        if splitter is not None and split:
-            assert isinstance(content, str)
-            pieces = splitter.feed(content)
-        if splitter is not None and flush:
-            pieces = _merge(pieces + splitter.flush())
         if splitter is not None:
+            if not split and (plain_reasoning(delta) is not None or _details_text(delta)):
+                splitter.reasoning_in_fields()  # a closing tag in later content ends this reasoning
+            if split:
+                assert isinstance(content, str)
+                pieces = splitter.feed(content)
+            if flush:
+                pieces = _merge(pieces + splitter.flush())
             _note_echo(state, delta, pieces, splitter)  # echoed tags: _piece_fields drops their reasoning
+        return self._entries(choice, delta, state, pieces, split=split, finishing=finishing)
+
+    def _entries(
+        self,
+        choice: dict[str, Any],
+        delta: dict[str, Any],
+        state: _Choice,
+        pieces: list[Piece],
+        *,
+        split: bool,
+        finishing: bool,
+    ) -> list[dict[str, Any]] | None:
+        """The choice entries for ``delta`` and the splitter's ``pieces`` of it, or ``UNCHANGED``."""
         main = _with_reasoning(delta, self._reasoning_fields(delta, state), split)
         piece_deltas = [self._piece_fields(piece, state) for piece in pieces]
         piece_deltas = [d for d in piece_deltas if d]
         if piece_deltas and not split:
             deltas = [*piece_deltas, main]  # text a splitter held goes out before the finish chunk
-        elif len(piece_deltas) >= 1 and not main.keys() & {"content", *REASONING_FIELDS}:
+        elif len(piece_deltas) >= 1 and not main.keys() & {"content", "tool_calls", *REASONING_FIELDS}:
             deltas = [{**main, **piece_deltas[0]}, *piece_deltas[1:]]
         else:
             deltas = [main, *piece_deltas]
         deltas = [part for d in deltas for part in _apart(d)]
         entries = [{**choice, "delta": d, "finish_reason": None} for d in deltas[:-1]]
         entries.append({**choice, "delta": deltas[-1]})
+        if state.tool_calls and finishing and choice.get("finish_reason") == "stop":
+            entries[-1]["finish_reason"] = "tool_calls"
         entries = [e for e in entries if e["delta"] or e.get("finish_reason") is not None]
         if entries == [choice]:
             return UNCHANGED
@@ -304,6 +356,15 @@ class ChunkNormalizer:
         kind, text = piece
         if kind == "content":
             return {"content": text}
+        if kind == "tool_call":
+            index = state.tool_calls
+            state.tool_calls += 1
+            call = {"index": index, "id": tool_call_id(self._envelope, index), "type": "function"}
+            return {"tool_calls": [{**call, "function": {"name": text, "arguments": ""}}]}
+        if kind == "tool_arguments":
+            if not state.tool_calls:
+                return {}
+            return {"tool_calls": [{"index": state.tool_calls - 1, "function": {"arguments": text}}]}
         if self.exclude or state.echoing:
             return {}
         entry = self._emit(state, {"type": "reasoning.text", "text": text, "format": "unknown"})
@@ -390,6 +451,22 @@ class ChunkNormalizer:
         return out
 
 
+def _chunks_of(data: dict[str, Any], results: list[list[Any]]) -> list[dict[str, Any]]:
+    """The chunks to send for ``data`` whose choices became ``results`` (each choice's entries, in order): one
+    chunk when every choice has at most one entry (dropped when none is left and it carries no usage), else one
+    chunk per entry, usage on the last."""
+    if all(len(entries) <= 1 for entries in results):
+        kept = [entries[0] for entries in results if entries]
+        if not kept and data.get("usage") is None:
+            return []
+        return [{**data, "choices": kept}]
+    chunks = [{**data, "choices": [entry]} for entries in results for entry in entries]
+    if "usage" in data:
+        for chunk in chunks[:-1]:
+            chunk["usage"] = None
+    return chunks
+
+
 def _apart(delta: dict[str, Any]) -> list[dict[str, Any]]:
     """``delta`` as one delta per run of ``reasoning_details`` entries with distinct ``index`` values.
 
@@ -417,10 +494,19 @@ def _apart(delta: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**delta, "reasoning_details": groups[0]}, *({"reasoning_details": group} for group in groups[1:])]
 
 
+def tool_call_id(envelope: Any, index: int) -> str:
+    """The id of the ``index``-th harmony tool call found in a completion's content: ``call_<id>_<index>`` with
+    the completion's (or chunk's) ``id``, or ``call_<index>`` when it has none. The upstream gives none (it saw
+    no tool call), so like vLLM (``make_tool_call_id``) numi_mw makes one; built from the completion's id it is
+    unique wherever that id is, and the same in every chunk."""
+    completion = envelope.get("id") if isinstance(envelope, dict) else None
+    return f"call_{completion}_{index}" if isinstance(completion, str) and completion else f"call_{index}"
+
+
 def _merge(pieces: list[Piece]) -> list[Piece]:
     merged: list[Piece] = []
     for kind, text in pieces:
-        if merged and merged[-1][0] == kind:
+        if merged and merged[-1][0] == kind and kind != "tool_call":
             merged[-1] = (kind, merged[-1][1] + text)
         elif text:
             merged.append((kind, text))

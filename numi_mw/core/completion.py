@@ -9,12 +9,17 @@ On each choice's ``message``:
 - ``reasoning_content`` is removed: its text is in ``reasoning``.
 - With ``exclude``, ``reasoning``, ``reasoning_details`` and ``reasoning_content`` are all omitted, and
   reasoning tags with their text are cut from ``content``. Usage passes through unchanged.
+- Think splitting reads ``content`` as a stream's splitter would, with the message's own reasoning fields
+  coming first (``ThinkTags.split_message(after_reasoning=...)``); harmony tool calls found in it are appended
+  to ``message.tool_calls`` (ids as in a stream, ``chunks.tool_call_id``), ``content`` becomes ``null`` when
+  nothing else is left of it, and ``finish_reason`` ``stop`` becomes ``tool_calls``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from numi_mw.core.chunks import tool_call_id
 from numi_mw.core.details import visible_text
 from numi_mw.core.fields import REASONING_FIELDS, drop, plain_reasoning, splice
 from numi_mw.core.think import ThinkTags
@@ -37,19 +42,57 @@ def normalize_completion(data: Any, *, exclude: bool = False, think: ThinkTags |
     changed = False
     for choice in data["choices"]:
         if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
-            changed = _normalize_message(choice["message"], exclude, think) or changed
+            calls = _normalize_message(choice["message"], exclude, think, data)
+            if calls is not None:
+                changed = True
+                if calls and choice.get("finish_reason") == "stop":
+                    choice["finish_reason"] = "tool_calls"
     return changed
 
 
-def _normalize_message(message: dict[str, Any], exclude: bool, think: ThinkTags | None) -> bool:
+def _normalize_message(
+    message: dict[str, Any], exclude: bool, think: ThinkTags | None, completion: dict[str, Any]
+) -> int | None:
+    """Normalize one message in place; ``None`` when it did not change, else how many harmony tool calls were
+    found in its content."""
+    calls = _split_content(message, think, completion) if think is not None else None
+    changed = _normalize_reasoning(message, exclude, calls)
+    if calls is None:
+        return 0 if changed else None
+    return len(calls[1])
+
+
+def _split_content(
+    message: dict[str, Any], think: ThinkTags, completion: dict[str, Any]
+) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+    """Split ``message.content`` in place: ``None`` when it was left as it was, else the tagged reasoning and
+    the harmony tool calls (name, arguments) taken out of it."""
     content = message.get("content")
-    tagged = ""
-    changed = False
-    if think is not None and isinstance(content, str) and content:
-        tagged, rest = think.split_all(content)
-        if rest != content:
-            message["content"] = rest
-            changed = True
+    if not isinstance(content, str) or not content:
+        return None
+    details = message.get("reasoning_details")
+    own = plain_reasoning(message) is not None or (isinstance(details, list) and bool(visible_text(details)))
+    split = think.split_message(content, after_reasoning=own)
+    if split.content == content and not split.reasoning and not split.tool_calls:
+        return None
+    message["content"] = split.content if split.content or not split.tool_calls else None
+    if split.tool_calls:
+        existing = message.get("tool_calls")
+        calls = list(existing) if isinstance(existing, list) else []
+        for index, (name, arguments) in enumerate(split.tool_calls):
+            call = {"id": tool_call_id(completion, index), "type": "function"}
+            calls.append({**call, "function": {"name": name, "arguments": arguments}})
+        message["tool_calls"] = calls
+    return split.reasoning, split.tool_calls
+
+
+def _normalize_reasoning(
+    message: dict[str, Any], exclude: bool, split: tuple[str, tuple[tuple[str, str], ...]] | None
+) -> bool:
+    """The reasoning fields of ``message``, with the tagged reasoning ``split`` took from its content; returns
+    whether anything changed (the content split included)."""
+    tagged = split[0] if split is not None else ""
+    changed = split is not None
     if exclude:
         return drop(message, REASONING_FIELDS) or changed
     reasoning = message.get("reasoning")

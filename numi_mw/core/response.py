@@ -28,7 +28,7 @@ from numi_mw.core.completion import normalize_completion
 from numi_mw.core.errors import CUT_SHORT, ApiError, upstream_unavailable
 from numi_mw.core.providers import ProviderRules, WireApi
 from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
-from numi_mw.core.think import ThinkStart, ThinkTags
+from numi_mw.core.think import THINK_STARTS, ThinkStart, ThinkTags
 
 
 class ResponseOptions(msgspec.Struct, frozen=True, gc=False):
@@ -50,7 +50,11 @@ class ResponseOptions(msgspec.Struct, frozen=True, gc=False):
 
 
 def think_tags_for(
-    rules: ProviderRules, split: bool | ThinkTags | None = None, start: ThinkStart = "content"
+    rules: ProviderRules,
+    split: bool | ThinkTags | None = None,
+    start: ThinkStart | None = None,
+    *,
+    route_start: ThinkStart | None = None,
 ) -> ThinkTags | None:
     """The think-tag settings for ``rules``'s provider (``docs/streaming.md``, "Think tags").
 
@@ -58,12 +62,24 @@ def think_tags_for(
         rules: the target provider's rules.
         split: ``None`` for the provider's default (on for ``local``, whose servers may return ``<think>`` tags
             inside ``content``), ``True``/``False`` to force it, or a ``ThinkTags`` (own tag families) to use.
-        start: where a stream starts (``ThinkTags.start``) when ``split`` is not a ``ThinkTags``.
+        start: where a stream starts (``ThinkTags.start``) as configured for the shell (``--think-start``,
+            ``think_start=``); ``None`` when not configured. It wins over ``route_start``.
+        route_start: where a stream starts for the route's model (a catalog model's ``think_start``,
+            ``Route.think_start``), used when ``start`` is ``None``; without either, ``content``.
+
+    ``start`` and ``route_start`` apply when ``split`` is not a ``ThinkTags`` (whose own ``start`` holds).
     """
     if isinstance(split, ThinkTags):
         return split
     enabled = rules.split_think_tags if split is None else split
-    return ThinkTags(start=start) if enabled else None
+    if not enabled:
+        return None
+    chosen = start if start is not None else route_start if route_start is not None else "content"
+    return _THINK_TAGS[chosen]
+
+
+_THINK_TAGS: dict[ThinkStart, ThinkTags] = {start: ThinkTags(start=start) for start in THINK_STARTS}
+"""One ``ThinkTags`` per start (they are frozen), so a request does not build one."""
 
 
 def response_options(

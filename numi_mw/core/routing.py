@@ -23,6 +23,7 @@ from numi_mw.core.errors import ApiError, invalid_request, provider_unavailable
 from numi_mw.core.fields import CONTROL_FIELDS, drop, splice
 from numi_mw.core.history import prepare_messages
 from numi_mw.core.providers import PROVIDERS, ControlsForm, ProviderRules, Replay, WireApi
+from numi_mw.core.think import ThinkStart
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,8 @@ class Route:
         endpoint: the chosen endpoint's tag, or ``None`` without a catalog model.
         eligible: the tags of every eligible endpoint, in catalog order.
         adaptive: the catalog marks the model's thinking as adaptive (``Model.adaptive_thinking``).
+        think_start: where the model's answer starts for the think-tag splitter (``Model.think_start``), or
+            ``None`` (the shell's default; ``response.think_tags_for``).
     """
 
     rules: ProviderRules
@@ -52,6 +55,7 @@ class Route:
     endpoint: str | None = None
     eligible: tuple[str, ...] = ()
     adaptive: bool = False
+    think_start: ThinkStart | None = None
     replay: Replay = field(init=False)
     """The route's row of spec 000's message preparation filter: its wire API's, else its provider's."""
     controls_form: ControlsForm = field(init=False)
@@ -161,6 +165,7 @@ def route_request(
             endpoint=endpoint.tag,
             eligible=tuple(e.tag for e in eligible),
             adaptive=model.adaptive_thinking,
+            think_start=model.think_start,
         )
         if endpoint.model is not None and endpoint.model != model_id:
             data["model"] = endpoint.model

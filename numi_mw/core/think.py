@@ -1,38 +1,83 @@
-"""Incremental splitter of reasoning tags (``<think>...</think>`` and kin) inside content text.
+"""Incremental splitter of reasoning markup (``<think>...</think>`` and kin, gpt-oss harmony channels) inside
+content text.
 
-Some models and servers stream their reasoning inside the answer text, wrapped in tags, instead of a separate
-reasoning field (DeepSeek-R1 on Groq and Together, Kimi K2 on Bedrock). ``ThinkSplitter.feed(text)`` takes
-the content text as it streams, split at any character, and returns ``("reasoning", text)`` and
-``("content", text)`` pieces; ``flush()`` ends the stream. The shells then send the reasoning pieces in the
-spec 004 "Streaming" shape.
+Some models and servers stream their reasoning inside the answer text instead of a separate reasoning field:
+wrapped in tags (DeepSeek-R1 on Groq and Together, Kimi K2 on Bedrock, llama.cpp with ``--reasoning-format
+none``, vLLM without a reasoning parser) or in gpt-oss's harmony channels (servers without a harmony parser).
+``ThinkSplitter.feed(text)`` takes the content text as it streams, split at any character, and returns
+``(kind, text)`` pieces; ``flush()`` ends the stream. The shells send the reasoning pieces in the spec 004
+"Streaming" shape. Every rule below gives the same pieces, merged, whatever the split of the text.
 
-Rules:
+Tags:
 
-- An opening tag switches to reasoning; the closing tag of the same family switches back to content. Tags never
-  appear in the output. Inside reasoning only that closing tag is special (an opening tag there is text). In
-  content a stray closing tag is dropped (content never carries a tag).
-- Opening tags after visible prose are still tags: ``"Sure. <think>x</think>Done"`` gives content ``"Sure. "``,
-  reasoning ``"x"``, content ``"Done"``.
-- Text is never stripped: the ``"\\n\\n"`` usually following ``</think>`` stays in the content.
-- A possible partial tag at the end of a fed piece (``"<th"``, ``"</thin"``, ``"◁"``) is held back until the next
-  piece decides it; ``flush()`` emits it as the current kind (it was not a tag after all).
-- An unclosed reasoning tag at the end: ``flush()`` emits the rest as reasoning.
-- Streams that start inside reasoning (a chat template that puts ``<think>`` in the prompt, so the model only
-  writes the closing tag): pass ``start_in_reasoning=True`` when that is known. Otherwise the splitter decides by
-  itself (auto mode): until the first tag, it holds back the leading text (up to ``lookahead_chars``
-  characters). If a closing tag comes first, the held text is reasoning; if an opening tag comes first, or the
-  held text grows past ``lookahead_chars``, or the stream ends, it is content. The price is latency: a stream
-  without any tag shows no content until ``lookahead_chars`` characters or the end have arrived, so use the
-  splitter only for models that emit tags, or lower ``lookahead_chars`` (``0`` turns auto mode off).
+- An opening tag opens a reasoning block; the block ends at its own closing tag: an opening tag of the same
+  family inside it is text and counts one level deeper, so a block that quotes ``<think>...</think>`` keeps the
+  quote. A tag of another family inside a block is text. Tags never appear in the output: in content a stray
+  closing tag is dropped (with the newlines after it, as below). Opening tags after visible prose are still
+  tags.
+- Whitespace follows llama.cpp's own parser (``common/chat-auto-parser-generator.cpp``,
+  ``analyze_reasoning::build_parser``: ``optspace(start) + reasoning(until(end)) + optspace(end)`` with the
+  ``"<think>\\n"`` / ``"\\n</think>\\n\\n"`` markers its differential analysis finds in Qwen3- and
+  DeepSeek-style templates; ``common/chat-peg-parser.cpp``, ``common_chat_peg_mapper::from_ast``): one
+  ``"\\n"`` right after the opening tag is dropped, the reasoning keeps its trailing whitespace, up to two
+  ``"\\n"`` right after the closing tag are dropped, and a block holding only whitespace (spaces, tabs, line
+  ends) gives no reasoning. Its leading whitespace is therefore held back until the block's first other
+  character.
+- A possible partial tag at the end of a fed piece (``"<th"``, ``"</thin"``, ``"◁"``, ``"<|chan"``) is held
+  back until the next piece decides it; ``flush()`` emits it as the current kind (it was not a tag after all).
+- An unclosed reasoning block at the end: ``flush()`` ends it, its text was reasoning.
+
+Where a stream starts:
+
+- ``content`` (``start_in_reasoning=False``, ``lookahead_chars=0``): text is content until an opening tag.
+- ``start_in_reasoning=True``: the chat template opened the tag in the prompt, so the model writes only the
+  closing tag; text is reasoning until the first closing tag of any family. An opening tag before any other
+  text is the prompt's own tag repeated (llama.cpp with ``reasoning_format: "none"`` puts the template's
+  ``<think>`` back in front of the output) and opens that same block.
+- auto (``lookahead_chars > 0``): the leading text is held back until the first tag decides: a closing tag
+  first makes it reasoning, an opening tag first (or a text longer than ``lookahead_chars`` before any tag, or
+  the end of the stream) makes it content. A tag-less stream shows no content until ``lookahead_chars``
+  characters or its end have arrived.
+
+From reasoning fields to tags (``reasoning_in_fields``): when a stream carries reasoning in its own fields
+(``reasoning_content``, ``reasoning``) and then switches to content, a server whose parser ends the reasoning
+late sends the end of the reasoning and its closing tag inside the content. So after a chunk with reasoning in
+its fields and no content text, the splitter holds the content text back, at most ``switch_chars``
+characters: a closing tag within them makes the held text reasoning (the end of the fields' reasoning), an
+opening tag or anything longer makes it content.
+
+gpt-oss harmony (``harmony=True``): ``<|channel|>`` or ``<|start|>`` begins a message header that runs to
+``<|message|>`` (at most ``HARMONY_HEADER_CHARS`` characters, else it was not a header: its text is content);
+the message body runs to ``<|end|>``, ``<|return|>`` or ``<|call|>``, or to the next header. The ``analysis``
+channel is reasoning; ``final`` and ``commentary`` without a recipient (a preamble) are content; a message to
+``functions.NAME`` is a tool call: a ``("tool_call", NAME)`` piece, then its body as ``("tool_arguments",
+text)`` pieces; a message to any other recipient (a built-in tool) is reasoning. No marker is ever emitted.
+The header is read as openai-harmony reads it (``src/encoding.rs``, ``parse_header_from_string``: the channel
+after ``<|channel|>`` up to whitespace or ``<``, the recipient a ``to=`` word of the role or channel section);
+the channel mapping is vLLM's (``vllm/entrypoints/openai/chat_completion/stream_harmony.py``) and llama.cpp's
+(``common/parsers/gpt-oss.cpp``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from functools import lru_cache
+from typing import Literal, NamedTuple
 
-__all__ = ["DEFAULT_LOOKAHEAD_CHARS", "TAG_FAMILIES", "Piece", "ThinkSplitter", "ThinkStart", "ThinkTags"]
+__all__ = [
+    "DEFAULT_LOOKAHEAD_CHARS",
+    "DEFAULT_SWITCH_CHARS",
+    "HARMONY_HEADER_CHARS",
+    "TAG_FAMILIES",
+    "THINK_STARTS",
+    "Piece",
+    "SplitText",
+    "ThinkSplitter",
+    "ThinkStart",
+    "ThinkTags",
+    "harmony_header",
+]
 
 TAG_FAMILIES: tuple[tuple[str, str], ...] = (
     ("<think>", "</think>"),
@@ -46,25 +91,94 @@ TAG_FAMILIES: tuple[tuple[str, str], ...] = (
 DEFAULT_LOOKAHEAD_CHARS = 64 * 1024
 """Default bound (characters) on leading text held back in auto mode before the first tag."""
 
-Kind = Literal["reasoning", "content"]
+DEFAULT_SWITCH_CHARS = 64
+"""Default bound (characters) on content text held back after reasoning came in a stream's own fields: the
+end of the reasoning a server's parser let through late is a few tokens and a closing tag, never more."""
+
+HARMONY_HEADER_CHARS = 256
+"""Bound (characters) on a harmony message header (``<|start|>assistant<|channel|>commentary
+to=functions.NAME <|constrain|>json``); a longer text before ``<|message|>`` was no header."""
+
+Kind = Literal["reasoning", "content", "tool_call", "tool_arguments"]
 Piece = tuple[Kind, str]
 
 _CONTENT: Kind = "content"
 _REASONING: Kind = "reasoning"
+_TOOL_CALL: Kind = "tool_call"
+_TOOL_ARGUMENTS: Kind = "tool_arguments"
 
-# Parser states that search for more than one closing tag (a state awaiting one closing tag is keyed by it).
-_S_CONTENT = 0  # content: opening tags
-_S_AUTO = 1  # auto mode before the first tag: opening and closing tags
-_S_ANY_CLOSE = 2  # reasoning from the start (start_in_reasoning): any closing tag
+_WHITESPACE = " \t\r\n"  # llama.cpp's whitespace-only test (common_chat_peg_mapper::from_ast)
+
+_START = "<|start|>"
+_CHANNEL = "<|channel|>"
+_MESSAGE = "<|message|>"
+_CONSTRAIN = "<|constrain|>"
+_END = "<|end|>"
+_RETURN = "<|return|>"
+_CALL = "<|call|>"
+_HARMONY_OPENERS = (_START, _CHANNEL)
+_HARMONY_ENDS = (_END, _RETURN, _CALL)
+_HARMONY_MARKERS = (_START, _CHANNEL, _MESSAGE, _CONSTRAIN, _END, _RETURN, _CALL)
+
+# Parser states. A reasoning block of a known family is keyed by its opening tag in the tag tables.
+_S_CONTENT = 0  # content: opening tags open blocks, closing tags are stray, harmony headers start
+_S_LEAD = 1  # content text held back until a tag decides (auto start, or the switch from reasoning fields)
+_S_BLOCK = 2  # inside a reasoning block of a known family (``_open``, ``_close``, ``_depth``)
+_S_IMPLICIT = 3  # reasoning from the start of the stream, family unknown (start_in_reasoning)
+_S_HEADER = 4  # a harmony message header, up to <|message|>
+_S_BODY = 5  # a harmony message body (``_body``: its kind)
+
+_LEAD_AUTO = 0
+_LEAD_SWITCH = 1
 
 
-def _prefixes(tags: Iterable[str]) -> frozenset[str]:
-    """Every proper, nonempty prefix of each tag."""
-    return frozenset(tag[:k] for tag in tags for k in range(1, len(tag)))
+class _Table:
+    """The tags searched for in one state: their first characters, the tags by first character (longest
+    first), the proper prefixes of the tags and the longest tag's length."""
+
+    __slots__ = ("by_first", "longest", "prefixes", "triggers")
+
+    def __init__(self, tags: Iterable[str]) -> None:
+        ordered = sorted(dict.fromkeys(tags), key=len, reverse=True)
+        by_first: dict[str, list[str]] = {}
+        for tag in ordered:
+            by_first.setdefault(tag[0], []).append(tag)
+        self.by_first = {first: tuple(group) for first, group in by_first.items()}
+        self.triggers = tuple(self.by_first)
+        self.prefixes = frozenset(tag[:k] for tag in ordered for k in range(1, len(tag)))
+        self.longest = max(map(len, ordered))
+
+
+@lru_cache(maxsize=32)
+def _tables(
+    pairs: tuple[tuple[str, str], ...], harmony: bool
+) -> tuple[dict[str, str], frozenset[str], dict[int | str, _Table], tuple[str, ...]]:
+    """The tag tables of a splitter for ``pairs`` (built once per set of families and shared: a splitter is made
+    per stream): the closing tag of each opening tag, the closing tags, the tags of each state and every tag's
+    first character."""
+    open_to_close: dict[str, str] = {}
+    for o, c in pairs:
+        open_to_close.setdefault(o, c)
+    opens = tuple(open_to_close)
+    closes = tuple(dict.fromkeys(c for _, c in pairs))
+    markers = _HARMONY_MARKERS if harmony else ()
+    openers = _HARMONY_OPENERS if harmony else ()
+    tables: dict[int | str, _Table] = {
+        _S_CONTENT: _Table((*opens, *closes, *markers)),
+        _S_IMPLICIT: _Table((*opens, *closes, *openers)),
+    }
+    tables[_S_LEAD] = tables[_S_CONTENT]
+    for o in opens:
+        tables[o] = _Table((o, open_to_close[o]))
+    if harmony:
+        tables[_S_HEADER] = _Table((_MESSAGE, _START, *_HARMONY_ENDS))
+        tables[_S_BODY] = _Table(_HARMONY_MARKERS)
+    triggers = tuple(dict.fromkeys(c for table in tables.values() for c in table.triggers))
+    return open_to_close, frozenset(closes), tables, triggers
 
 
 class ThinkSplitter:
-    """Split streamed content text into reasoning and content pieces at reasoning tags.
+    """Split streamed content text into reasoning and content pieces at reasoning markup (module docstring).
 
     Args:
         families: (opening tag, closing tag) pairs; default ``TAG_FAMILIES``. Tags must be nonempty.
@@ -72,29 +186,44 @@ class ThinkSplitter:
             prompt); text is reasoning until the first closing tag of any family.
         lookahead_chars: auto mode bound (characters, not bytes) on the leading text held back before the first
             tag, when ``start_in_reasoning`` is false; ``0`` turns auto mode off (leading text is content at
-            once, and a closing tag before any opening tag is dropped). The bound is checked at the end of
-            each ``feed``, so near the bound the decision can depend on how the text was chunked; below it the
-            output never does.
+            once, and a closing tag before any opening tag is dropped). A closing tag that starts after more
+            than ``lookahead_chars`` characters of held text no longer makes it reasoning.
+        switch_chars: bound (characters) on the content text held back after ``reasoning_in_fields``; ``0``
+            turns the switch off.
+        harmony: split gpt-oss harmony channels too.
 
     Raises:
-        ValueError: no families, an empty tag, or a negative ``lookahead_chars``.
+        ValueError: no families, an empty tag, or a negative bound.
 
-    One instance per stream (per choice). After ``flush()`` it is back in its initial state.
+    Pieces are ``("reasoning", text)``, ``("content", text)``, and for harmony tool calls ``("tool_call",
+    name)`` followed by its ``("tool_arguments", text)``. One instance per stream (per choice). After
+    ``flush()`` it is back in its initial state.
     """
 
     __slots__ = (
+        "_body",
         "_close",
+        "_closes",
+        "_depth",
+        "_direct",
+        "_fresh",
+        "_harmony",
+        "_header",
         "_lead",
+        "_lead_kind",
         "_lead_len",
-        "_longest_prefix",
         "_lookahead",
-        "_mode",
+        "_nl_after",
+        "_open",
         "_open_to_close",
         "_pending",
-        "_prefix_sets",
+        "_skip_nl",
         "_start_in_reasoning",
-        "_tags_by_state",
-        "_undecided",
+        "_state",
+        "_switch",
+        "_tables",
+        "_triggers",
+        "_ws",
     )
 
     def __init__(
@@ -103,52 +232,87 @@ class ThinkSplitter:
         *,
         start_in_reasoning: bool = False,
         lookahead_chars: int = DEFAULT_LOOKAHEAD_CHARS,
+        switch_chars: int = DEFAULT_SWITCH_CHARS,
+        harmony: bool = True,
     ) -> None:
         pairs = tuple((str(o), str(c)) for o, c in families)
         if not pairs:
             raise ValueError("ThinkSplitter needs at least one tag family")
         if any(not o or not c for o, c in pairs):
             raise ValueError("reasoning tags must be nonempty strings")
-        if lookahead_chars < 0:
-            raise ValueError("lookahead_chars must be >= 0")
-        self._open_to_close: dict[str, str] = {}
-        for o, c in pairs:
-            self._open_to_close.setdefault(o, c)
-        opens = tuple(self._open_to_close)
-        closes = tuple(dict.fromkeys(c for _, c in pairs))
-        # Tags searched for in each state (see _state), with their proper prefixes.
-        self._tags_by_state: dict[int | str, tuple[str, ...]] = {
-            _S_CONTENT: opens + tuple(c for c in closes if c not in self._open_to_close),
-            _S_AUTO: opens + tuple(c for c in closes if c not in self._open_to_close),
-            _S_ANY_CLOSE: closes,
-        }
-        for c in closes:
-            self._tags_by_state[c] = (c,)
-        self._prefix_sets = {key: _prefixes(tags) for key, tags in self._tags_by_state.items()}
-        self._longest_prefix = {key: max(map(len, tags)) - 1 for key, tags in self._tags_by_state.items()}
+        if lookahead_chars < 0 or switch_chars < 0:
+            raise ValueError("lookahead_chars and switch_chars must be >= 0")
+        self._open_to_close, self._closes, self._tables, self._triggers = _tables(pairs, harmony)
+        self._harmony = harmony
         self._start_in_reasoning = start_in_reasoning
         self._lookahead = lookahead_chars
+        self._switch = switch_chars
         self._reset()
 
     def _reset(self) -> None:
-        self._mode: Kind = _REASONING if self._start_in_reasoning else _CONTENT
-        # The closing tag that ends the current reasoning (None: any family's closing tag).
+        self._open = ""  # the opening tag of the current block ("" for none or unknown)
         self._close: str | None = None
-        self._undecided = not self._start_in_reasoning and self._lookahead > 0
+        self._depth = 0
+        self._skip_nl = False  # drop one "\n" next (right after an opening tag)
+        self._fresh = False  # in a block before its first character that is not whitespace
+        self._ws = ""  # the whitespace held meanwhile
+        self._nl_after = 0  # "\n" still to drop right after a closing tag
         self._lead: list[str] = []
         self._lead_len = 0
+        self._lead_kind = _LEAD_AUTO
+        self._header = ""
+        self._body: Kind = _CONTENT
         self._pending = ""
+        if self._start_in_reasoning:
+            self._state = _S_IMPLICIT
+            self._fresh = True
+        elif self._lookahead > 0:
+            self._state = _S_LEAD
+        else:
+            self._state = _S_CONTENT
+        self._direct: Kind | None = None
+        self._update_direct()
 
     @property
     def mode(self) -> Kind:
-        """The kind of the text being read now: ``"reasoning"`` or ``"content"``."""
-        return self._mode
+        """The kind of the text being read now: ``"reasoning"``, ``"content"`` or, inside a harmony tool call,
+        ``"tool_arguments"``."""
+        state = self._state
+        if state in (_S_BLOCK, _S_IMPLICIT):
+            return _REASONING
+        if state == _S_BODY:
+            return self._body
+        return _CONTENT
 
     @property
     def holds_reasoning(self) -> bool:
-        """Whether text held back so far may turn out to be reasoning: leading text in auto mode, or a possible
-        partial tag inside reasoning."""
-        return (self._undecided and self._lead_len > 0) or (self._mode == _REASONING and self._pending != "")
+        """Whether text held back so far may turn out to be reasoning: leading text held until a tag decides, a
+        possible partial tag or leading whitespace inside reasoning."""
+        state = self._state
+        if state == _S_LEAD:
+            return self._lead_len > 0
+        if state in (_S_BLOCK, _S_IMPLICIT):
+            return bool(self._pending or self._ws)
+        return state == _S_BODY and self._body == _REASONING and self._pending != ""
+
+    def reasoning_in_fields(self) -> None:
+        """The stream has just carried reasoning in its own fields, with no content text beside it: from now on,
+        content text is held back (at most ``switch_chars`` characters) until a tag decides whether it is the
+        end of that reasoning (a closing tag) or content. Nothing changes inside a reasoning block, inside
+        harmony markup, or after content text was already held or read as reasoning."""
+        if self._switch <= 0:
+            return
+        state = self._state
+        if not (
+            state == _S_CONTENT
+            or (state == _S_LEAD and self._lead_kind == _LEAD_AUTO and self._lead_len == 0)
+            or (state == _S_IMPLICIT and self._fresh and not self._ws and not self._pending)
+        ):
+            return
+        self._state = _S_LEAD
+        self._lead_kind = _LEAD_SWITCH
+        self._fresh = False
+        self._direct = None
 
     def feed(self, text: str) -> list[Piece]:
         """Add the next piece of content text; return the pieces it decides, in order.
@@ -157,19 +321,30 @@ class ThinkSplitter:
             text: the next content text of the stream (a str, split at any character).
 
         Returns:
-            ``(kind, text)`` pieces with ``kind`` ``"reasoning"`` or ``"content"``; adjacent pieces of the same
-            kind are merged and empty pieces left out. Text that cannot be decided yet (a possible partial tag at
-            the end, or leading text in auto mode) is held back for a later ``feed`` or ``flush``.
+            ``(kind, text)`` pieces; adjacent pieces of the same kind are merged (but for ``tool_call``) and empty
+            pieces left out. Text that cannot be decided yet (a possible partial tag at the end, leading text in
+            auto mode, leading whitespace of a block) is held back for a later ``feed`` or ``flush``.
         """
+        direct = self._direct
+        if direct is not None and not self._pending:
+            for trigger in self._triggers:
+                if trigger in text:
+                    break
+            else:
+                return [(direct, text)] if text else []
         out: list[Piece] = []
-        self._scan(self._pending + text if self._pending else text, out)
+        if self._pending:
+            text = self._pending + text
+            self._pending = ""
+        self._scan(text, out)
         return out
 
     def flush(self) -> list[Piece]:
         """End the stream: return the held-back text and reset the splitter.
 
         A held-back partial tag is emitted as the current kind (it was not a tag); leading text held in auto mode
-        is content (no closing tag came); the rest of an unclosed reasoning tag is reasoning.
+        or after the switch is content (no closing tag came); a block holding only whitespace gives nothing;
+        an unfinished harmony header is dropped.
 
         Returns:
             The remaining pieces, as for ``feed``.
@@ -177,121 +352,349 @@ class ThinkSplitter:
         out: list[Piece] = []
         pending = self._pending
         self._pending = ""
-        self._emit(out, pending)
-        if self._undecided:
-            self._release_lead(out, _CONTENT)
+        if pending:
+            self._emit(out, pending)
+        if self._state == _S_LEAD:
+            self._release_lead(out)
         self._reset()
         return out
 
-    def _state(self) -> int | str:
-        """The key of the tags searched for now: a closing tag awaited in reasoning, or an ``_S_*`` value."""
-        if self._mode == _REASONING:
-            return _S_ANY_CLOSE if self._close is None else self._close
-        return _S_AUTO if self._undecided else _S_CONTENT
+    # --- scanning ----------------------------------------------------------------------------------------------
+
+    def _key(self) -> int | str:
+        state = self._state
+        return self._open if state == _S_BLOCK else state
+
+    def _scan(self, text: str, out: list[Piece]) -> None:
+        n = len(text)
+        pos = 0  # start of the text not emitted yet
+        search = 0  # where the search for the next tag goes on
+        nexts: dict[str, int] = {}  # trigger character -> its next index at or after some earlier search
+        while True:
+            table = self._tables[self._key()]
+            i = -1
+            for trigger in table.triggers:
+                j = nexts.get(trigger, -2)
+                if j == -2 or (j != -1 and j < search):
+                    j = text.find(trigger, search)
+                    nexts[trigger] = j
+                if j != -1 and (i == -1 or j < i):
+                    i = j
+            if i == -1:
+                break
+            tag = ""
+            for candidate in table.by_first[text[i]]:
+                if text.startswith(candidate, i):
+                    tag = candidate
+                    break
+            if not tag:
+                if n - i < table.longest and text[i:] in table.prefixes:
+                    if pos < i:
+                        self._emit(out, text[pos:i])
+                    self._pending = text[i:]
+                    self._end_of_feed(out)
+                    return
+                search = i + 1
+                continue
+            if pos < i:
+                self._emit(out, text[pos:i])
+            pos = search = i + len(tag)
+            self._on_tag(tag, out)
+        if pos < n:
+            self._emit(out, text[pos:])
+        self._end_of_feed(out)
+
+    def _end_of_feed(self, out: list[Piece]) -> None:
+        state = self._state
+        if state == _S_LEAD:
+            bound = self._lookahead if self._lead_kind == _LEAD_AUTO else self._switch
+            if self._lead_len > bound:
+                self._release_lead(out)
+        elif state == _S_HEADER and len(self._header) > HARMONY_HEADER_CHARS:
+            self._abandon_header(out)
+        self._update_direct()
+
+    def _update_direct(self) -> None:
+        """The kind a fed text without any tag character goes out as directly, or ``None`` for the general path."""
+        state = self._state
+        if state == _S_CONTENT:
+            self._direct = None if self._nl_after else _CONTENT
+        elif state in (_S_BLOCK, _S_IMPLICIT):
+            self._direct = None if self._skip_nl or self._fresh else _REASONING
+        elif state == _S_BODY:
+            self._direct = self._body
+        else:
+            self._direct = None
+
+    # --- output ------------------------------------------------------------------------------------------------
 
     def _emit(self, out: list[Piece], text: str) -> None:
+        """Take ``text`` (no tag in it) in the current state."""
+        state = self._state
+        kind: Kind
+        if state in (_S_CONTENT, _S_LEAD):
+            if self._nl_after:
+                k = 0
+                limit = min(self._nl_after, len(text))
+                while k < limit and text[k] == "\n":
+                    k += 1
+                text = text[k:]
+                self._nl_after = 0 if text else self._nl_after - k
+                if not text:
+                    return
+            if state == _S_LEAD:
+                self._lead.append(text)
+                self._lead_len += len(text)
+                return
+            kind = _CONTENT
+        elif state in (_S_BLOCK, _S_IMPLICIT):
+            if self._skip_nl:
+                self._skip_nl = False
+                if text[0] == "\n":
+                    text = text[1:]
+                    if not text:
+                        return
+            if self._fresh:
+                if not text.lstrip(_WHITESPACE):
+                    self._ws += text
+                    return
+                self._fresh = False
+                text = self._ws + text
+                self._ws = ""
+            kind = _REASONING
+        elif state == _S_HEADER:
+            self._header += text
+            return
+        else:
+            kind = self._body
+        if out and out[-1][0] == kind:
+            out[-1] = (kind, out[-1][1] + text)
+        else:
+            out.append((kind, text))
+
+    @staticmethod
+    def _put(out: list[Piece], kind: Kind, text: str) -> None:
         if not text:
             return
-        if self._undecided:
-            self._lead.append(text)
-            self._lead_len += len(text)
-            return
-        if out and out[-1][0] == self._mode:
-            out[-1] = (self._mode, out[-1][1] + text)
+        if out and out[-1][0] == kind and kind != _TOOL_CALL:
+            out[-1] = (kind, out[-1][1] + text)
         else:
-            out.append((self._mode, text))
+            out.append((kind, text))
 
-    def _release_lead(self, out: list[Piece], kind: Kind) -> None:
-        self._undecided = False
+    def _release_lead(self, out: list[Piece]) -> None:
+        """The held leading text is content."""
         text = "".join(self._lead)
         self._lead = []
         self._lead_len = 0
-        if text:
-            if out and out[-1][0] == kind:
-                out[-1] = (kind, out[-1][1] + text)
-            else:
-                out.append((kind, text))
+        self._state = _S_CONTENT
+        self._put(out, _CONTENT, text)
+
+    # --- tags --------------------------------------------------------------------------------------------------
+
+    def _open_block(self, tag: str) -> None:
+        self._state = _S_BLOCK
+        self._open = tag
+        self._close = self._open_to_close[tag]
+        self._depth = 1
+        self._skip_nl = True
+        self._fresh = True
+        self._ws = ""
+
+    def _end_block(self) -> None:
+        self._state = _S_CONTENT
+        self._open = ""
+        self._close = None
+        self._depth = 0
+        self._skip_nl = False
+        self._fresh = False
+        self._ws = ""  # a block of whitespace only gives no reasoning
+        self._nl_after = 2
 
     def _on_tag(self, tag: str, out: list[Piece]) -> None:
-        if self._mode == _REASONING:
-            self._mode = _CONTENT
-            self._close = None
-        elif tag in self._open_to_close:
-            if self._undecided:
-                self._release_lead(out, _CONTENT)
-            self._mode = _REASONING
-            self._close = self._open_to_close[tag]
-        elif self._undecided:  # a closing tag before any opening tag (auto mode): the leading text was reasoning
-            self._release_lead(out, _REASONING)
-        # else: a stray closing tag in decided content is dropped: content never carries a tag
+        state = self._state
+        if state == _S_BLOCK:
+            if tag == self._close:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._end_block()
+                    return
+            else:
+                self._depth += 1
+            self._emit(out, tag)  # a nested tag of the block's family is text
+        elif state in (_S_CONTENT, _S_LEAD):
+            if tag in self._open_to_close:
+                if state == _S_LEAD:
+                    self._release_lead(out)
+                self._nl_after = 0
+                self._open_block(tag)
+            elif tag in self._closes:
+                if state == _S_LEAD:
+                    self._close_lead(out)
+                else:  # a stray closing tag in content is dropped (content never carries a tag), and the
+                    self._nl_after = 2  # newlines after it are markup like those after any closing tag
+            elif tag in _HARMONY_OPENERS:
+                if state == _S_LEAD:
+                    self._release_lead(out)
+                self._nl_after = 0
+                self._start_header(tag)
+            # else: a stray harmony marker in content is dropped
+        elif state == _S_IMPLICIT:
+            if tag in self._open_to_close:
+                fresh = self._fresh
+                self._open_block(tag)
+                if not fresh:  # a quoted tag after reasoning text: one level deeper in a block of its family
+                    self._depth = 2
+                    self._skip_nl = False
+                    self._fresh = False
+                    self._emit(out, tag)
+                # else: the prompt's own opening tag, repeated: the same block
+            elif tag in self._closes:
+                self._end_block()
+            else:
+                self._ws = ""
+                self._fresh = False
+                self._start_header(tag)
+        elif state == _S_HEADER:
+            if len(self._header) > HARMONY_HEADER_CHARS:  # it was no header: its text is content, and so is
+                self._abandon_header(out)  # the tag's place, as when a feed ended after the header's bound
+                self._on_tag(tag, out)
+            elif tag == _MESSAGE:
+                self._start_body(out)
+            elif tag == _START:
+                self._header = ""
+            else:
+                self._header = ""  # a message ended inside its header: nothing to show
+                self._state = _S_CONTENT
+        else:  # _S_BODY
+            if tag in _HARMONY_ENDS:
+                self._state = _S_CONTENT
+            elif tag in _HARMONY_OPENERS:
+                self._start_header(tag)
+            # else: <|message|> or <|constrain|> inside a body is dropped
 
-    def _scan(self, text: str, out: list[Piece]) -> None:
-        pos = 0
-        found: dict[str, int] = {}  # tag -> next index at or after some earlier pos, -1 for none
-        while True:
-            best = -1
-            best_tag = ""
-            for tag in self._tags_by_state[self._state()]:
-                i = found.get(tag, -2)
-                if i == -2 or (i != -1 and i < pos):
-                    i = text.find(tag, pos)
-                    found[tag] = i
-                if i != -1 and (best == -1 or i < best or (i == best and len(tag) > len(best_tag))):
-                    best = i
-                    best_tag = tag
-            if best == -1:
+    def _close_lead(self, out: list[Piece]) -> None:
+        """A closing tag while text is held: within the bound the held text was reasoning."""
+        bound = self._lookahead if self._lead_kind == _LEAD_AUTO else self._switch
+        if self._lead_len > bound:
+            self._release_lead(out)  # the tag came too late: it is a stray tag in content
+            self._nl_after = 2
+            return
+        text = "".join(self._lead)
+        self._lead = []
+        self._lead_len = 0
+        if self._lead_kind == _LEAD_SWITCH or text.lstrip(_WHITESPACE):
+            self._put(out, _REASONING, text)
+        self._end_block()
+
+    def _start_header(self, tag: str) -> None:
+        self._state = _S_HEADER
+        self._header = tag if tag == _CHANNEL else ""
+
+    def _abandon_header(self, out: list[Piece]) -> None:
+        """A header too long to be one: its text (without markers) is content."""
+        text = self._header
+        for marker in _HARMONY_MARKERS:
+            text = text.replace(marker, "")
+        self._header = ""
+        self._state = _S_CONTENT
+        self._put(out, _CONTENT, text)
+
+    def _start_body(self, out: list[Piece]) -> None:
+        kind, name = harmony_header(self._header)
+        self._header = ""
+        self._state = _S_BODY
+        if kind == _TOOL_CALL:
+            out.append((_TOOL_CALL, name))
+            self._body = _TOOL_ARGUMENTS
+        else:
+            self._body = kind
+
+
+def harmony_header(header: str) -> tuple[Kind, str]:
+    """What a harmony message with this header is: ``("tool_call", NAME)`` for a recipient ``functions.NAME``,
+    ``("reasoning", "")`` for the ``analysis`` channel or another recipient (a built-in tool), else
+    ``("content", "")`` (``final``, ``commentary`` preambles, no channel).
+
+    Args:
+        header: the text between ``<|start|>`` (or from ``<|channel|>``) and ``<|message|>``, markers kept:
+            ``"assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"``.
+
+    The header is read as openai-harmony's ``parse_header_from_string`` reads it (``src/encoding.rs``).
+    """
+    channel = ""
+    at = header.find(_CHANNEL)
+    if at >= 0:
+        rest = header[at + len(_CHANNEL) :]
+        end = len(rest)
+        for k, char in enumerate(rest):
+            if char.isspace() or char == "<":
+                end = k
                 break
-            self._emit(out, text[pos:best])
-            pos = best + len(best_tag)
-            self._on_tag(best_tag, out)
-        hold = self._partial_tag_len(text, pos)
-        end = len(text) - hold
-        self._emit(out, text[pos:end])
-        self._pending = text[end:]
-        if self._undecided and self._lead_len > self._lookahead:
-            self._release_lead(out, _CONTENT)
-
-    def _partial_tag_len(self, text: str, pos: int) -> int:
-        """Length of the longest suffix of ``text[pos:]`` that is a proper prefix of a tag searched for now."""
-        state = self._state()
-        prefixes = self._prefix_sets[state]
-        n = len(text)
-        for k in range(min(self._longest_prefix[state], n - pos), 0, -1):
-            if text[n - k :] in prefixes:
-                return k
-        return 0
+        channel = rest[:end]
+        header = header[:at] + " " + rest[end:]
+    recipient = ""
+    for word in header.replace(_CONSTRAIN, " ").split():
+        if word.startswith("to="):
+            recipient = word[3:]
+            break
+    if recipient.startswith("functions.") and len(recipient) > len("functions."):
+        return _TOOL_CALL, recipient[len("functions.") :]
+    if recipient and recipient not in ("assistant", "all"):
+        return _REASONING, ""
+    return (_REASONING if channel == "analysis" else _CONTENT), ""
 
 
 ThinkStart = Literal["content", "reasoning", "auto"]
 THINK_STARTS: tuple[ThinkStart, ...] = ("content", "reasoning", "auto")
 
 
+class SplitText(NamedTuple):
+    """A whole text split (``ThinkTags.split_message``).
+
+    Attributes:
+        reasoning: the reasoning text, joined.
+        content: the content text, joined.
+        tool_calls: harmony tool calls, ``(function name, arguments text)`` in order.
+    """
+
+    reasoning: str
+    content: str
+    tool_calls: tuple[tuple[str, str], ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class ThinkTags:
-    """How reasoning tags inside ``content`` are split out (spec 000 "Provider-Specific Handling": "Local Chat
-    Completions endpoints can return reasoning fields or <think>...</think> text").
+    """How reasoning markup inside ``content`` is split out (spec 000 "Provider-Specific Handling": "Local Chat
+    Completions endpoints can return reasoning fields or <think>...</think> text. The adapter separates those
+    text tags for display").
 
     Attributes:
         families: (opening tag, closing tag) pairs; default ``TAG_FAMILIES``.
         start: where a stream starts: ``content`` (a tag opens reasoning; a stray closing tag is dropped),
             ``reasoning`` (the chat template opened the tag in the prompt: text is reasoning until a closing
             tag), or ``auto`` (leading text is held back, up to ``lookahead_chars`` characters, until the first
-            tag decides). Buffered bodies are always split as ``auto`` with no bound: the whole text is known.
+            tag decides). Buffered bodies are split as ``auto`` with no bound (the whole text is known), or as
+            ``reasoning`` with that start.
         lookahead_chars: the ``auto`` bound in characters.
+        switch_chars: the bound in characters on content held back after reasoning came in a stream's own
+            fields (``ThinkSplitter.reasoning_in_fields``); ``0`` turns that off.
+        harmony: split gpt-oss harmony channels too.
 
     Raises:
-        ValueError: ``start`` is not one of ``THINK_STARTS``, or ``lookahead_chars`` is negative.
+        ValueError: ``start`` is not one of ``THINK_STARTS``, or a bound is negative.
     """
 
     families: tuple[tuple[str, str], ...] = TAG_FAMILIES
     start: ThinkStart = "content"
     lookahead_chars: int = DEFAULT_LOOKAHEAD_CHARS
+    switch_chars: int = DEFAULT_SWITCH_CHARS
+    harmony: bool = True
 
     def __post_init__(self) -> None:
         if self.start not in THINK_STARTS:
             raise ValueError(f"think start {self.start!r} is not one of: {', '.join(THINK_STARTS)}")
-        if self.lookahead_chars < 0:
-            raise ValueError("lookahead_chars must be >= 0")
+        if self.lookahead_chars < 0 or self.switch_chars < 0:
+            raise ValueError("lookahead_chars and switch_chars must be >= 0")
 
     def splitter(self) -> ThinkSplitter:
         """A new splitter for one stream's choice."""
@@ -299,14 +702,45 @@ class ThinkTags:
             self.families,
             start_in_reasoning=self.start == "reasoning",
             lookahead_chars=self.lookahead_chars if self.start == "auto" else 0,
+            switch_chars=self.switch_chars,
+            harmony=self.harmony,
         )
 
-    def split_all(self, text: str) -> tuple[str, str]:
-        """Split a whole buffered ``content`` into ``(reasoning, content)``."""
+    def split_message(self, text: str, *, after_reasoning: bool = False) -> SplitText:
+        """Split a whole buffered ``content``.
+
+        Args:
+            text: the message's content.
+            after_reasoning: the message carries reasoning in its own fields (``reasoning_content``,
+                ``reasoning``, details), which come before its content: text before a closing tag within
+                ``switch_chars`` characters is the end of that reasoning, as in a stream.
+        """
         splitter = ThinkSplitter(
-            self.families, start_in_reasoning=self.start == "reasoning", lookahead_chars=len(text) + 1
+            self.families,
+            start_in_reasoning=self.start == "reasoning",
+            lookahead_chars=len(text) + 1,
+            switch_chars=self.switch_chars,
+            harmony=self.harmony,
         )
+        if after_reasoning:
+            splitter.reasoning_in_fields()
         pieces = splitter.feed(text) + splitter.flush()
-        reasoning = "".join(t for kind, t in pieces if kind == "reasoning")
-        content = "".join(t for kind, t in pieces if kind == "content")
-        return reasoning, content
+        reasoning: list[str] = []
+        content: list[str] = []
+        calls: list[tuple[str, list[str]]] = []
+        for kind, part in pieces:
+            if kind == _REASONING:
+                reasoning.append(part)
+            elif kind == _CONTENT:
+                content.append(part)
+            elif kind == _TOOL_CALL:
+                calls.append((part, []))
+            elif calls:
+                calls[-1][1].append(part)
+        return SplitText("".join(reasoning), "".join(content), tuple((name, "".join(a)) for name, a in calls))
+
+    def split_all(self, text: str) -> tuple[str, str]:
+        """Split a whole buffered ``content`` into ``(reasoning, content)`` (``split_message`` without tool
+        calls)."""
+        split = self.split_message(text)
+        return split.reasoning, split.content

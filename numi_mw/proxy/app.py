@@ -130,7 +130,7 @@ class _Sidecar:
         timeout: httpx.Timeout,
         transport: httpx.AsyncBaseTransport | None,
         think_tags: bool | ThinkTags | None,
-        think_start: ThinkStart,
+        think_start: ThinkStart | None,
     ) -> None:
         self.target = target
         self.catalog = target if isinstance(target, Catalog) else None
@@ -243,7 +243,7 @@ class _Sidecar:
             if route.provider is not None:
                 provider = route.provider
             content = prepared.body
-            think = think_tags_for(route.rules, self.think_tags, self.think_start)
+            think = think_tags_for(route.rules, self.think_tags, self.think_start, route_start=route.think_start)
             created = int(time.time()) if prepared.translation is not None else 0
             options = response_options(prepared.translation, prepared.controls.exclude, think, created=created)
             adjustments = prepared.adjustments
@@ -408,7 +408,7 @@ def create_app(
     timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
     transport: httpx.AsyncBaseTransport | None = None,
     think_tags: bool | ThinkTags | None = None,
-    think_start: ThinkStart = "content",
+    think_start: ThinkStart | None = None,
     preserve_reasoning: bool = True,
     wire_api: WireApi | None = None,
 ) -> Starlette:
@@ -428,7 +428,8 @@ def create_app(
         timeout: upstream timeouts in seconds (a read timeout applies between chunks).
         transport: an ``httpx`` transport for the upstreams (tests); the default opens real connections.
         think_tags: split ``<think>`` tags out of response content (``response.think_tags_for``).
-        think_start: where a stream starts for the think splitter (``ThinkTags.start``).
+        think_start: where a stream starts for the think splitter (``ThinkTags.start``); ``None``: the catalog
+            model's ``think_start``, else ``content``.
         preserve_reasoning: with ``upstream``, replay reasoning in history where the provider takes it (spec 000
             "The Message Preparation Filter" with preservation on); a catalog says it per model.
         wire_api: with ``upstream``, the wire API it speaks (default ``openai-chat``): with
