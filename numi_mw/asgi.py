@@ -62,13 +62,19 @@ def with_length(
     drop: frozenset[bytes] = _CONTENT_LENGTH,
     *,
     lowered: bool = False,
+    content_type: bytes | None = None,
 ) -> Headers:
     """``headers`` for a body whose length changed: without ``content-length`` (and the names in ``drop``, lower
     case), then ``content-length: length`` at the end when ``length`` (bytes) is given; ``None`` for a body of
     no fixed length (a rewritten stream). ``lowered``: the names are lower case already (an ASGI request's), so
-    they are compared as they are."""
+    they are compared as they are. ``content_type``, when given, replaces the ``content-type`` header (a body
+    rewriter's ``content_type``)."""
     names = drop if b"content-length" in drop else drop | _CONTENT_LENGTH
+    if content_type is not None:
+        names = names | {b"content-type"}
     out = [(k, v) for k, v in headers if k not in names] if lowered else without_headers(headers, names)
+    if content_type is not None:
+        out.append((b"content-type", content_type))
     if length is not None:
         out.append((b"content-length", str(length).encode()))
     return out

@@ -9,13 +9,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from numi_mw.catalog_files import default_catalog, read_catalog
+from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.catalog import CatalogError, unknown_keys
-from numi_mw.core.codec import decoder, encode, encode_lenient
+from numi_mw.core.codec import UNDECODABLE, decode_lenient, decoder, encode, encode_lenient
 from numi_mw.core.details import fragments_from_body, rebuild_reasoning_details
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import PROVIDERS, WIRE_API_NAMES, ProviderRules, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request
-from numi_mw.core.response import choose_rewriter, response_options, think_tags_for
+from numi_mw.core.response import StreamRewriter, choose_rewriter, response_options, think_tags_for
 from numi_mw.core.routing import fixed_route
 from numi_mw.core.think import THINK_STARTS, ThinkTags
 
@@ -159,10 +160,20 @@ def _response(args: argparse.Namespace) -> int:
     options = response_options(prepared.translation, prepared.controls.exclude, _think(args, rules))
     # no headers on stdin: a body that opens like JSON is a buffered answer, anything else a stream
     content_type = "application/json" if body.lstrip()[:1] in (b"{", b"[") else "text/event-stream"
-    rewriter = choose_rewriter(options, 200, content_type)
-    assert rewriter is not None  # both content types have one
+    status = 200
+    adapter = WIRE_APIS.get(args.wire_api)
+    if adapter is not None and content_type == "application/json":
+        value = decode_lenient(body)
+        openai_style = isinstance(value, dict) and isinstance(value.get("error"), dict)
+        if value is not UNDECODABLE and (openai_style or adapter.error(value) is not None):
+            status = 400  # an error body (the wire API's own, or OpenAI's): handled as an upstream's error is
+    rewriter = choose_rewriter(options, status, content_type)
+    if rewriter is None:  # an error body the wire API does not translate goes out as it came
+        sys.stdout.buffer.write(body)
+        return 1
     sys.stdout.buffer.write(rewriter.feed(body) + rewriter.finish())
-    return 0
+    refused = status != 200 or (not isinstance(rewriter, StreamRewriter) and rewriter.status is not None)
+    return 1 if refused else 0
 
 
 def _rebuild(args: argparse.Namespace) -> int:
@@ -259,21 +270,23 @@ def _request(args: argparse.Namespace) -> int:
     except ApiError as error:
         sys.stdout.buffer.write(error.to_bytes() + b"\n")
         return 1
-    if prepared.adjustments:  # what the sidecar would say in x-numi-mw-adjustments
-        sys.stderr.write("numi-mw request: adjustments: " + ", ".join(prepared.adjustments) + "\n")
     if args.catalog:
         out = {"route": prepared.route.describe(), "body": decoder.decode(prepared.body)}
         sys.stdout.buffer.write(encode(out) + b"\n")
-        return 0
-    sys.stdout.buffer.write(prepared.body)
-    if not prepared.body.endswith(b"\n"):
-        sys.stdout.buffer.write(b"\n")
+    else:
+        sys.stdout.buffer.write(prepared.body if prepared.body.endswith(b"\n") else prepared.body + b"\n")
+    if prepared.adjustments:  # what the sidecar would say in x-numi-mw-adjustments, after the body's line
+        sys.stdout.flush()
+        sys.stderr.write("numi-mw request: adjustments: " + ", ".join(prepared.adjustments) + "\n")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``numi-mw``; returns the process exit status (0 ok, 1 request rejected, 2 usage error)."""
     args = _parser().parse_args(argv)
+    if getattr(args, "think_tags", None) is False and getattr(args, "think_start", None) is not None:
+        sys.stderr.write(f"numi-mw {args.command}: --think-start has no effect with --no-think-tags\n")
+        return 2
     commands = {
         "serve": _serve,
         "request": _request,

@@ -15,6 +15,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from numi_mw.asgi import adjustments_header, check_options, read_body, send_error, with_length
+from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import WIRE_API_NAMES, ProviderRules, WireApi, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
@@ -82,6 +83,7 @@ class ReasoningMiddleware:
         self.app = app
         self.rules = provider if isinstance(provider, ProviderRules) else provider_rules(provider)
         self.route = fixed_route(self.rules, preserve=preserve_reasoning, wire_api=wire_api)
+        self.translated = wire_api in WIRE_APIS
         self.max_body_bytes = max_body_bytes
         self.think = think_tags_for(self.rules, think_tags, think_start)
         self._including = ResponseOptions(exclude=False, think=self.think)
@@ -92,7 +94,7 @@ class ReasoningMiddleware:
             await self.app(scope, receive, send)
             return
         is_json, accepts_encoding, declared = _scan_headers(scope)
-        if not is_json:
+        if not is_json and not self.translated:  # a translated route's handler can only take the native body
             await self.app(scope, receive, send)
             return
         try:
@@ -226,7 +228,8 @@ class _NormalizingSend:
                 await self.send(message)
                 return
         else:
-            start = {**start, "headers": with_length(start.get("headers", ()), len(out))}
+            headers = with_length(start.get("headers", ()), len(out), content_type=rewriter.content_type)
+            start = {**start, "headers": headers}
             if rewriter.status is not None:
                 start["status"] = rewriter.status
             await self.send(start)

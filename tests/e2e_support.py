@@ -75,6 +75,8 @@ class ReplayUpstream:
             headers = {"content-encoding": "gzip"}
             media = request.headers["x-replay-broken-gzip"]
             return Response(b"this is not gzip", status_code=status, media_type=media, headers=headers)
+        if request.headers.get("x-replay-html"):  # an answer that is no API's: a proxy's page
+            return Response(b"<html>hi</html>", status_code=status, media_type="text/html")
         name = request.headers.get("x-replay-fixture")
         if name is None:
             return JSONResponse({"error": {"message": "replay: no fixture named"}}, status_code=status)

@@ -401,11 +401,11 @@ def test_sampling_that_thinking_refuses_is_removed_and_reported() -> None:
     ("chat", "thinking"),
     [
         ({"reasoning_effort": "high", "max_tokens": 20000}, {"type": "enabled", "budget_tokens": 16384}),
-        ({"reasoning_effort": "high"}, {"type": "enabled", "budget_tokens": 4095}),  # below the default 4096
+        ({"reasoning_effort": "high"}, {"type": "enabled", "budget_tokens": 16384}),  # the default leaves room
         ({"reasoning": {"max_tokens": 3000}, "max_tokens": 2000}, {"type": "enabled", "budget_tokens": 3000}),
         ({"reasoning": {"effort": "none"}}, {"type": "disabled"}),
         ({"reasoning": {"enabled": False, "effort": "high"}}, {"type": "disabled"}),
-        ({"reasoning": {"enabled": True}}, {"type": "enabled", "budget_tokens": 4095}),  # medium, capped
+        ({"reasoning": {"enabled": True}}, {"type": "enabled", "budget_tokens": 8192}),  # medium
     ],
 )
 def test_reasoning_controls_become_thinking(chat: dict[str, Any], thinking: dict[str, Any]) -> None:
@@ -835,3 +835,33 @@ def test_a_successful_answer_that_is_not_the_wire_apis_is_a_502(status: int, med
     body = rewriter.feed(b"<html>x</html>") + rewriter.finish()
     assert rewriter.status == 502
     assert json.loads(body)["error"]["code"] == "upstream_unavailable"
+
+
+@pytest.mark.parametrize(
+    ("chat", "max_tokens", "thinking"),
+    [
+        ({}, 4096, None),
+        ({"reasoning_effort": "low"}, 4096 + 2048, {"type": "enabled", "budget_tokens": 2048}),
+        ({"reasoning_effort": "high"}, 4096 + 16384, {"type": "enabled", "budget_tokens": 16384}),
+        ({"reasoning_effort": "xhigh"}, 32000, {"type": "enabled", "budget_tokens": 31999}),  # at the cap
+        ({"reasoning_effort": "max"}, 32000, {"type": "enabled", "budget_tokens": 31999}),
+        ({"reasoning_effort": "none"}, 4096, {"type": "disabled"}),
+        ({"reasoning": {"max_tokens": 40000}}, 4096 + 40000, {"type": "enabled", "budget_tokens": 40000}),
+    ],
+)
+def test_without_max_tokens_the_default_leaves_the_answer_room_above_the_budget(
+    chat: dict[str, Any], max_tokens: int, thinking: dict[str, Any] | None
+) -> None:
+    body, _ = native({"model": "m", "messages": [{"role": "user", "content": "Q"}], **chat})
+    assert (body["max_tokens"], body.get("thinking")) == (max_tokens, thinking)
+
+
+@pytest.mark.parametrize("key", ["max_tokens", "max_completion_tokens"])
+@pytest.mark.parametrize("value", ["big", True, 0, -5, 12.5, [1]])
+def test_an_output_limit_that_is_not_a_whole_number_is_refused(key: str, value: Any) -> None:
+    for wire_api in ("anthropic-messages", "openai-responses"):
+        raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Q"}], key: value}).encode()
+        with pytest.raises(ApiError) as info:
+            prepare_request(raw, fixed_route(provider_rules("generic"), wire_api=wire_api))
+        assert (info.value.status, info.value.code, info.value.param) == (400, "invalid_request", key)
+        assert info.value.message == f"{key} must be a positive whole number of tokens."

@@ -164,3 +164,50 @@ def test_catalog_check_warns_about_unknown_keys(tmp_path: Path) -> None:
         f'{typo}: warning: models[0].endpoints[0]: unknown key "suported_parameters" (ignored)',
         f'{typo}: warning: models[0].endpoints[0].reasoning: unknown key "mandatry" (ignored)',
     ]
+
+
+def test_response_translates_a_native_error_body_and_exits_1(tmp_path: Path) -> None:
+    request = tmp_path / "request.json"
+    request.write_text('{"model":"c","messages":[{"role":"user","content":"W?"}]}')
+    args = ["response", "--wire-api", "anthropic-messages", "--request", str(request)]
+    overloaded = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
+    result = run(args, overloaded)
+    assert result.returncode == 1
+    assert json.loads(result.stdout) == {
+        "error": {"message": "Overloaded", "type": "overloaded_error", "code": "overloaded_error", "param": None}
+    }
+    result = run(args, b'{"x":1}')  # JSON that is not an Anthropic message: the sidecar's 502 body
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["error"]["code"] == "upstream_unavailable"
+
+
+def test_request_prints_adjustments_on_stderr_after_the_body() -> None:
+    body = b'{"model":"c","temperature":0.2,"reasoning_effort":"low","messages":[{"role":"user","content":"W?"}]}'
+    result = run(["request", "--provider", "anthropic", "--wire-api", "anthropic-messages"], body)
+    assert result.returncode == 0
+    assert json.loads(result.stdout) == {
+        "model": "c",
+        "messages": [{"role": "user", "content": "W?"}],
+        "max_tokens": 4096 + 2048,
+        "thinking": {"type": "enabled", "budget_tokens": 2048},
+    }
+    assert result.stdout.endswith(b"\n")
+    assert result.stderr == b"numi-mw request: adjustments: temperature-removed\n"
+
+
+def test_response_passes_an_openai_error_body_of_the_responses_api_and_exits_1(tmp_path: Path) -> None:
+    request = tmp_path / "request.json"
+    request.write_text('{"model":"m","messages":[{"role":"user","content":"W?"}]}')
+    error = b'{"error":{"message":"Rate limit reached.","type":"requests","code":"rate_limit_exceeded","param":null}}'
+    result = run(["response", "--wire-api", "openai-responses", "--request", str(request)], error)
+    assert (result.returncode, result.stdout) == (1, error)
+
+
+@pytest.mark.parametrize(
+    "command", [["response", "--request", "r.json"], ["serve", "--upstream", "http://127.0.0.1:9"]]
+)
+def test_think_start_with_think_tags_off_is_a_usage_error(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*command, "--no-think-tags", "--think-start", "auto"]) == 2
+    assert capsys.readouterr().err == f"numi-mw {command[0]}: --think-start has no effect with --no-think-tags\n"

@@ -64,7 +64,7 @@ def test_the_request_goes_to_messages_translated_with_anthropics_headers(
         "model": "claude-haiku-4-5",
         "system": "Be brief.",
         "messages": [{"role": "user", "content": "Which version?"}],
-        "max_tokens": 4096,
+        "max_tokens": 4096 + 2048,  # the answer's default room above the budget
         "stream": True,
         "thinking": {"type": "enabled", "budget_tokens": 2048},
     }
@@ -211,3 +211,17 @@ provider = "claude-direct"
     received = upstream.received[-1]
     assert (received.path, received.headers["x-api-key"]) == ("/v1/messages", "sk-catalog")
     assert "authorization" not in received.headers
+
+
+def test_an_answer_that_is_not_anthropics_is_a_502_labelled_json(anthropic_sidecar: str) -> None:
+    request = {"model": "claude-haiku-4-5", "messages": HISTORY}
+    response = httpx.post(f"{anthropic_sidecar}/chat/completions", json=request, headers={"x-replay-html": "1"})
+    assert response.status_code == 502
+    assert response.headers["content-type"] == "application/json"
+    assert response.headers["content-length"] == str(len(response.content))
+    assert response.json()["error"] == {
+        "message": "The upstream's answer is not JSON; numi_mw cannot translate it.",
+        "type": "api_error",
+        "code": "upstream_unavailable",
+        "param": None,
+    }

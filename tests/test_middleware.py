@@ -453,3 +453,35 @@ def test_with_a_native_wire_api_the_app_gets_the_native_body_and_the_client_a_ch
 def test_an_unknown_wire_api_is_refused_when_the_middleware_is_built() -> None:
     with pytest.raises(ValueError, match="wire_api must be one of openai-chat, openai-responses, anthropic-messages"):
         ReasoningMiddleware(Starlette(), wire_api="grpc")  # type: ignore[arg-type]
+
+
+def test_with_a_native_wire_api_an_answer_that_is_not_native_is_a_502_labelled_json() -> None:
+    async def messages(request: Request) -> Response:  # a handler whose upstream answered with a proxy's page
+        return Response(b"<html>hi</html>", media_type="text/html")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", messages, methods=["POST"])])
+    app.add_middleware(ReasoningMiddleware, provider="anthropic", wire_api="anthropic-messages")
+    with TestClient(app) as client:
+        response = client.post("/v1/chat/completions", json={"model": "c", "messages": []})
+    assert response.status_code == 502
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["error"]["code"] == "upstream_unavailable"
+
+
+def test_with_a_native_wire_api_a_body_not_labelled_json_is_still_translated() -> None:
+    seen: list[bytes] = []
+
+    async def messages(request: Request) -> Response:
+        seen.append(await request.body())
+        return JSONResponse({"type": "message", "role": "assistant", "content": [], "stop_reason": "end_turn"})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", messages, methods=["POST"])])
+    app.add_middleware(ReasoningMiddleware, provider="anthropic", wire_api="anthropic-messages")
+    form = {"content-type": "application/x-www-form-urlencoded"}  # what curl -d sends
+    with TestClient(app) as client:
+        response = client.post("/v1/chat/completions", content=b'{"model":"c","messages":[]}', headers=form)
+        refused = client.post("/v1/chat/completions", content=b"model=c", headers=form)
+    assert json.loads(seen[0]) == {"model": "c", "messages": [], "max_tokens": 4096}
+    assert response.json()["object"] == "chat.completion"
+    assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_json")
+    assert len(seen) == 1

@@ -124,3 +124,28 @@ def test_wrong_shape_is_a_400() -> None:
     with pytest.raises(ApiError) as info:
         filtered([{"role": "user"}, 3], route("openai"))
     assert info.value.param == "messages[1]"
+
+
+@pytest.mark.parametrize("provider", ["deepseek", "zai", "local", "anthropic"])
+def test_details_alone_become_the_text_where_the_route_keeps_only_text(provider: str) -> None:
+    details = [
+        {"type": "reasoning.summary", "summary": "Weather asked. "},
+        {"type": "reasoning.encrypted", "data": "ENC"},
+        {"type": "reasoning.text", "text": "I will call the tool.", "format": "unknown"},
+    ]
+    message = {"role": "assistant", "content": None, "reasoning_details": details, "tool_calls": TOOL_CALLS}
+    sent = copy.deepcopy(message)
+    (out,) = filtered([message], route(provider, preserve=True))
+    assert out == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": TOOL_CALLS,
+        "reasoning_content": "Weather asked. I will call the tool.",
+    }
+    assert message == sent
+    # the anthropic row keeps text whatever the preservation; the others drop it with preservation off
+    unpreserved = out if provider == "anthropic" else strip(message, "reasoning_details")
+    assert filtered([message], route(provider, preserve=False)) == [unpreserved]
+    # details holding no text add none
+    only_encrypted = {"role": "assistant", "content": "A.", "reasoning_details": [details[1]]}
+    assert filtered([only_encrypted], route(provider, preserve=True)) == [{"role": "assistant", "content": "A."}]

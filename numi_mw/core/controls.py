@@ -305,6 +305,25 @@ def add_zai_thinking(body: dict[str, Any], form: ControlsForm) -> bool:
     return True
 
 
+def wanted_budget(controls: ReasoningControls) -> int:
+    """The thinking budget in tokens that ``controls`` ask for in the ``anthropic-thinking`` form, before any cap:
+    an explicit positive ``reasoning.max_tokens``, else the budget table's entry for the effort (an effort with no
+    entry, and ``enabled: true`` alone, count as ``medium``); 0 when they ask for no thinking."""
+    if controls.off:
+        return 0
+    budget = controls.max_tokens
+    if budget is not None:
+        return budget if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0 else 0
+    effort = controls.effort
+    if effort is None and controls.enabled is not True:
+        return 0
+    return (
+        EFFORT_BUDGETS.get(effort, EFFORT_BUDGETS[DEFAULT_EFFORT])
+        if isinstance(effort, str)
+        else (EFFORT_BUDGETS[DEFAULT_EFFORT])
+    )
+
+
 def _anthropic_thinking(body: dict[str, Any], controls: ReasoningControls, lost: list[str]) -> dict[str, Any]:
     """``thinking`` with a budget: an explicit ``reasoning.max_tokens`` as is (it wins over an effort), else a
     budget generated from the effort (an effort with no budget, and ``enabled: true``, count as ``medium``)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from numi_mw.core.details import visible_text
 from numi_mw.core.errors import ApiError, invalid_request
 from numi_mw.core.fields import PLAIN_FIELDS, rename
 from numi_mw.core.providers import ReasoningField, Replay
@@ -112,7 +113,10 @@ def prepare_messages(
     - ``preserved-text`` (other reasoning-capable routes): text kept only when preserving, details removed.
 
     The reasoning text is either spelling (``reasoning_content`` or ``reasoning``); the reasoning /
-    reasoning_content table (``normalize_messages``) then names it for the provider.
+    reasoning_content table (``normalize_messages``) then names it for the provider. Where the row keeps the text
+    but removes the details and a message carries details without text (a client that sends back only
+    ``reasoning_details``), the details' visible text (``details.visible_text``) becomes its
+    ``reasoning_content``, so that the reasoning is not lost (numi_mw's choice; spec 000 is silent).
 
     Args:
         messages: the request's messages (decoded JSON; never mutated).
@@ -136,6 +140,7 @@ def prepare_messages(
         if not isinstance(message, dict):
             raise _not_an_object(i)
         drop: list[str] = []
+        text: str | None = None  # reasoning text made from details the route cannot take
         if metadata:
             for key in message:
                 if key < "`" and key[:1] == "_":  # "_" sorts just below "`" and every lower-case letter
@@ -147,10 +152,16 @@ def prepare_messages(
                 drop.extend(key for key in PLAIN_FIELDS if key in message)
             if not keep_details and "reasoning_details" in message:
                 drop.append("reasoning_details")
+                if keep_plain and not any(message.get(key) for key in PLAIN_FIELDS):
+                    details = message["reasoning_details"]
+                    text = visible_text(details) if isinstance(details, list) else None
         if drop:
             if prepared is None:
                 prepared = messages[:i]
-            prepared.append({k: v for k, v in message.items() if k not in drop})
+            copy = {k: v for k, v in message.items() if k not in drop}
+            if text:
+                copy["reasoning_content"] = text
+            prepared.append(copy)
         elif prepared is not None:
             prepared.append(message)
     return messages if prepared is None else prepared

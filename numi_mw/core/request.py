@@ -24,9 +24,16 @@ from numi_mw.core import codec
 from numi_mw.core.adapters import WIRE_APIS, RequestFacts, Translation
 from numi_mw.core.budget import output_limit
 from numi_mw.core.catalog import Catalog
-from numi_mw.core.controls import NO_CONTROLS, ReasoningControls, add_zai_thinking, encode_controls, fold_controls
+from numi_mw.core.controls import (
+    NO_CONTROLS,
+    ReasoningControls,
+    add_zai_thinking,
+    encode_controls,
+    fold_controls,
+    wanted_budget,
+)
 from numi_mw.core.details import MAX_SIGNATURE_BYTES, check_detail_limits
-from numi_mw.core.errors import payload_too_large
+from numi_mw.core.errors import invalid_request, payload_too_large
 from numi_mw.core.history import normalize_messages, prepare_messages
 from numi_mw.core.providers import ProviderRules
 from numi_mw.core.routing import Route, fixed_route, route_request
@@ -195,12 +202,10 @@ def prepare_request(
             changed = True
             controls, _ = fold_controls(data)
     adapter = WIRE_APIS.get(route.wire_api)
-    if adapter is not None and adapter.default_max_tokens is not None and output_limit(data) is None:
-        # before the controls, so that a generated budget fits below it; an explicit budget gets the default's
-        # room above it (spec 004 "Output limits and billing": keep the budget below max_tokens)
-        budget = controls.max_tokens
-        room = budget if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0 else 0
-        data["max_tokens"] = adapter.default_max_tokens + room
+    if adapter is not None:
+        check_output_limits(data)
+        if adapter.default_max_tokens is not None and output_limit(data) is None:
+            data["max_tokens"] = default_max_tokens(adapter.default_max_tokens, controls)
     notes: list[str] = []
     if prepare_for_route(data, controls, route, len(body), metadata=found is not _CHANGES, notes=notes):
         changed = True
@@ -211,6 +216,39 @@ def prepare_request(
     translation = adapter.translate(data, controls, RequestFacts(adaptive=route.adaptive))
     notes += translation.adjustments
     return PreparedRequest(codec.encode(translation.body), True, controls, stream, route, translation, notes)
+
+
+DEFAULT_MAX_TOKENS_CAP = 32_000
+"""The most ``default_max_tokens`` sends when a generated budget is added: the smallest output limit of
+Anthropic's thinking models (Claude Opus 4 and 4.1, in Anthropic's models overview)."""
+
+
+def default_max_tokens(answer: int, controls: ReasoningControls) -> int:
+    """The ``max_tokens`` numi_mw sends to a wire API that requires one when the client sent none: ``answer``
+    tokens for the answer above the thinking budget the controls ask for (spec 004 "Output limits and billing":
+    keep the budget below ``max_tokens`` so the answer has room). An explicit ``reasoning.max_tokens`` is added
+    whole (it is preserved for upstream validation); a budget generated from an effort is added up to a total of
+    ``DEFAULT_MAX_TOKENS_CAP``, where the generated budget is then capped one below it."""
+    budget = wanted_budget(controls)
+    if controls.max_tokens is not None:
+        return answer + budget
+    return max(answer, min(answer + budget, DEFAULT_MAX_TOKENS_CAP))
+
+
+def check_output_limits(data: dict[str, Any]) -> None:
+    """Refuse an output limit a translated wire API cannot carry: ``max_tokens`` and ``max_completion_tokens``,
+    when present and not ``null``, must be positive whole numbers of tokens (``1500`` or ``1500.0``).
+
+    Raises:
+        ApiError: 400 ``invalid_request`` naming the field.
+    """
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = data.get(key)
+        if value is None:
+            continue
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not whole or value <= 0:
+            raise invalid_request(f"{key} must be a positive whole number of tokens.", key)
 
 
 def prepare_for_route(

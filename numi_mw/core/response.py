@@ -314,6 +314,8 @@ class JSONRewriter(msgspec.Struct, gc=False):
 
     status: ClassVar[None] = None
     """A chat completion body keeps the upstream's status."""
+    content_type: ClassVar[None] = None
+    """A chat completion body keeps the upstream's ``content-type``."""
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the next bytes of the upstream body; nothing is sent before the end."""
@@ -485,9 +487,12 @@ class NativeJSONRewriter:
     Attributes:
         changed: whether ``finish`` returned a body that differs from the upstream's.
         status: the status to send instead of the upstream's, or ``None``.
+        content_type: ``application/json``, which a changed body is (whatever the upstream's content type said);
+            the shell sends it when ``changed``.
     """
 
     __slots__ = ("_adapter", "_error", "_parts", "changed", "options", "status")
+    content_type: ClassVar[bytes] = b"application/json"
 
     def __init__(self, options: ResponseOptions, adapter: WireAdapter, *, error: bool = False) -> None:
         self.options = options
@@ -533,6 +538,7 @@ class NativeJSONRewriter:
 StreamRewriter = SSERewriter | NativeSSERewriter
 """A rewriter whose output goes out as it comes (``isinstance(rewriter, StreamRewriter)``)."""
 BodyRewriter = JSONRewriter | NativeJSONRewriter
-"""A rewriter whose output is whole at ``finish``, with ``changed`` and ``status``."""
+"""A rewriter whose output is whole at ``finish``, with ``changed``, ``status`` and ``content_type`` (the
+``content-type`` to send with a changed body, or ``None`` to keep the upstream's)."""
 Rewriter = StreamRewriter | BodyRewriter
 """Any rewriter ``choose_rewriter`` returns."""

@@ -299,7 +299,10 @@ class _Sidecar:
             body = rewriter.feed(body) + rewriter.finish()
             status = rewriter.status if rewriter.status is not None else upstream.status_code
             plain = Response(body, status_code=status)
-            plain.raw_headers = with_length(upstream.headers.raw, len(body), _DROP_REWRITTEN) + extra
+            media = rewriter.content_type if rewriter.changed else None
+            plain.raw_headers = (
+                with_length(upstream.headers.raw, len(body), _DROP_REWRITTEN, content_type=media) + extra
+            )
             return plain
         response = StreamingResponse(
             _relay(upstream, rewriter), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
