@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from starlette.types import Receive, Send
 
 from numi_mw.core.errors import ApiError, payload_too_large
+from numi_mw.core.providers import WIRE_API_NAMES
 from numi_mw.core.think import THINK_STARTS, ThinkTags
 
 Headers = list[tuple[bytes, bytes]]
@@ -127,16 +128,23 @@ async def read_body(receive: Receive, limit: int, declared: bytes | None = None)
 
 
 def check_options(
-    *, max_body_bytes: object, think_tags: object, think_start: object, preserve_reasoning: object
+    *,
+    max_body_bytes: object,
+    think_tags: object,
+    think_start: object,
+    preserve_reasoning: object,
+    wire_api: object = None,
 ) -> None:
     """Check the options both shells take, when they are given.
 
     Raises:
         ValueError: ``max_body_bytes`` is not a positive whole number (bytes); ``think_tags`` is not ``None``, a
             boolean or a ``ThinkTags``; ``think_start`` is not ``None`` (not set) or one of ``content``,
-            ``reasoning``, ``auto``;
-            ``preserve_reasoning`` is not a boolean.
+            ``reasoning``, ``auto``; ``preserve_reasoning`` is not a boolean; ``wire_api`` is not ``None`` (not
+            set) or one of ``openai-chat``, ``openai-responses``, ``anthropic-messages``.
     """
+    if wire_api is not None and wire_api not in WIRE_API_NAMES:
+        raise ValueError(f"wire_api must be one of {', '.join(WIRE_API_NAMES)}, not {wire_api!r}")
     if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
         raise ValueError(f"max_body_bytes must be a positive whole number of bytes, not {max_body_bytes!r}")
     if think_tags is not None and not isinstance(think_tags, bool | ThinkTags):

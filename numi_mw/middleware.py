@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from numi_mw.asgi import adjustments_header, check_options, read_body, send_error, with_length
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.errors import ApiError
-from numi_mw.core.providers import WIRE_API_NAMES, ProviderRules, WireApi, provider_rules
+from numi_mw.core.providers import ProviderRules, WireApi, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
 from numi_mw.core.response import (
     BodyRewriter,
@@ -77,9 +77,8 @@ class ReasoningMiddleware:
             think_tags=think_tags,
             think_start=think_start,
             preserve_reasoning=preserve_reasoning,
+            wire_api=wire_api,
         )
-        if wire_api not in WIRE_API_NAMES:
-            raise ValueError(f"wire_api must be one of {', '.join(WIRE_API_NAMES)}, not {wire_api!r}")
         self.app = app
         self.rules = provider if isinstance(provider, ProviderRules) else provider_rules(provider)
         self.route = fixed_route(self.rules, preserve=preserve_reasoning, wire_api=wire_api)

@@ -19,6 +19,7 @@ import httpx
 import openai
 import pytest
 
+from numi_mw.catalog_files import default_catalog
 from numi_mw.core.details import rebuild_reasoning_details
 from numi_mw.proxy import create_app
 from tests.e2e_support import MODELS, ReplayUpstream, fixture_body, free_port, sidecar, split_events
@@ -650,11 +651,14 @@ def test_a_request_without_a_body_is_forwarded_without_one(upstream: ReplayUpstr
         ({"timeout": -1}, "timeout must be a positive number of seconds, not -1"),
         ({"think_tags": "no"}, "think_tags must be None, true, false or a ThinkTags, not 'no'"),
         ({"preserve_reasoning": "no"}, "preserve_reasoning must be true or false, not 'no'"),
-        ({"wire_api": "grpc"}, "wire_api must be one of openai-chat, openai-responses, anthropic-messages"),
+        ({"wire_api": "grpc"}, "wire_api must be one of openai-chat, openai-responses, anthropic-messages, not 'grpc'"),
+        ({"upstream": None, "catalog": "CATALOG", "wire_api": "openai-responses"}, "wire_api goes with an upstream"),
     ],
 )
 def test_create_app_checks_its_options_when_given(options: dict[str, Any], message: str) -> None:
     arguments = {"upstream": "http://127.0.0.1:9/v1", **options}
+    if arguments.get("catalog") == "CATALOG":
+        arguments["catalog"] = default_catalog()
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         create_app(**arguments)
 

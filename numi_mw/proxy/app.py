@@ -43,7 +43,7 @@ from numi_mw.core.adapters import WIRE_APIS, WireAdapter
 from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_listing
 from numi_mw.core.codec import encode
 from numi_mw.core.errors import ApiError, bad_path, model_not_found, upstream_timeout, upstream_unavailable
-from numi_mw.core.providers import WIRE_API_NAMES, WireApi, infer_provider, provider_rules
+from numi_mw.core.providers import WireApi, infer_provider, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
 from numi_mw.core.response import (
     ResponseOptions,
@@ -456,6 +456,7 @@ def create_app(
         think_tags=think_tags,
         think_start=think_start,
         preserve_reasoning=preserve_reasoning,
+        wire_api=wire_api,
     )
     if not isinstance(timeout, httpx.Timeout) and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
@@ -463,8 +464,8 @@ def create_app(
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
     if upstream is not None:
         check_upstream(upstream)
-    if wire_api is not None and (catalog is not None or wire_api not in WIRE_API_NAMES):
-        raise ValueError(f"wire_api must be one of {', '.join(WIRE_API_NAMES)}, and goes with an upstream")
+    if wire_api is not None and catalog is not None:
+        raise ValueError("wire_api goes with an upstream; a catalog says it per provider")
     target: Route | Catalog
     if upstream is not None:
         name = provider_rules(provider if provider is not None else infer_provider(upstream)).name

@@ -21,7 +21,18 @@ from typing import Any
 
 import msgspec
 
-from numi_mw.core.adapters.base import Answer, RequestFacts, Translation, WireAdapter
+from numi_mw.core.adapters.base import (
+    Answer,
+    ChunkStream,
+    RequestFacts,
+    Translation,
+    WireAdapter,
+    call_function,
+    chat_completion,
+    content_parts,
+    count_plain_reasoning,
+    function_tool,
+)
 from numi_mw.core.controls import ReasoningControls
 from numi_mw.core.errors import ApiError, invalid_request, upstream_unavailable
 
@@ -196,12 +207,8 @@ def _text(content: Any, path: str) -> list[dict[str, Any]]:
         return []
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
-    if not isinstance(content, list):
-        raise invalid_request(f"{path} must be a string or an array of content parts.", path)
     blocks: list[dict[str, Any]] = []
-    for i, part in enumerate(content):
-        if not isinstance(part, dict):
-            raise invalid_request(f"{path}[{i}] must be a content part object.", f"{path}[{i}]")
+    for part in content_parts(content, path):
         block = _part(part)
         if block is not None:
             blocks.append(block)
@@ -265,18 +272,12 @@ def _thinking_blocks(message: dict[str, Any], counts: dict[str, int]) -> list[di
             else:
                 counts["foreign-reasoning-dropped"] += 1
     if not isinstance(details, list) or not details:  # the plain text beside details is the same reasoning
-        for key in ("reasoning", "reasoning_content"):
-            value = message.get(key)
-            if isinstance(value, str) and value:
-                counts["unsigned-reasoning-dropped"] += 1
-                break
+        count_plain_reasoning(message, counts)
     return blocks
 
 
 def _tool_use(call: Any, path: str) -> dict[str, Any]:
-    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
-        raise invalid_request(f"{path} must be a tool call object with a function.", path)
-    function = call["function"]
+    function = call_function(call, path)
     arguments = function.get("arguments")
     if arguments is None or arguments == "":
         tool_input: Any = {}
@@ -355,8 +356,8 @@ def _tools(tools: Any) -> list[Any] | None:
         return None
     out: list[Any] = []
     for tool in tools:
-        if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("function"), dict):
-            function = tool["function"]
+        function = function_tool(tool)
+        if function is not None:
             entry: dict[str, Any] = {"name": function.get("name")}
             if "description" in function:
                 entry["description"] = function["description"]
@@ -578,17 +579,9 @@ def completion(native: Any, answer: Answer) -> dict[str, Any]:
         message["reasoning_details"] = details
     if calls:
         message["tool_calls"] = calls
-    out: dict[str, Any] = {
-        "id": native.get("id"),
-        "object": "chat.completion",
-        "created": answer.created,
-        "model": native.get("model") or answer.model,
-        "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(native.get("stop_reason"))}],
-    }
-    translated = usage(native.get("usage"))
-    if translated is not None:
-        out["usage"] = translated
-    return out
+    return chat_completion(
+        native, answer, message, _finish_reason(native.get("stop_reason")), usage(native.get("usage"))
+    )
 
 
 def _text_detail(text: Any, signature: Any, index: int) -> dict[str, Any]:
@@ -610,7 +603,7 @@ def _call(block: dict[str, Any]) -> dict[str, Any]:
     return {"id": block.get("id"), "type": "function", "function": {"name": block.get("name"), "arguments": arguments}}
 
 
-class StreamTranslator:
+class StreamTranslator(ChunkStream):
     """Anthropic stream events in, chat completion chunks out (spec 004 "Streaming"); one per stream.
 
     Blocks are tracked by their ``index``, so a delta reaches its own block even when blocks interleave (llama.cpp
@@ -620,27 +613,15 @@ class StreamTranslator:
     it streamed none). The finish chunk has an empty delta; a usage chunk follows when the request asked for one.
     """
 
-    __slots__ = ("_blocks", "_calls", "_details", "_finish", "_id", "_model", "_usage", "answer", "done")
+    __slots__ = ("_blocks", "_calls", "_details", "_finish", "_usage")
 
     def __init__(self, answer: Answer) -> None:
-        self.answer = answer
-        self.done = False
-        self._id: Any = None
-        self._model: Any = answer.model
+        super().__init__(answer)
         self._usage: dict[str, Any] = {}
         self._finish = "stop"
         self._blocks: dict[Any, list[Any]] = {}  # index -> [kind, detail position or tool ordinal, streamed]
         self._details = 0
         self._calls = 0
-
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {
-            "id": self._id,
-            "object": "chat.completion.chunk",
-            "created": self.answer.created,
-            "model": self._model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
 
     def event(self, data: Any) -> list[dict[str, Any]]:
         """The chat chunks for one event (``message_start``, ``content_block_*``, ``message_delta``,

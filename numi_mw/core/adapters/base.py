@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from numi_mw.core.controls import ReasoningControls
+from numi_mw.core.errors import invalid_request
+from numi_mw.core.fields import PLAIN_FIELDS
 from numi_mw.core.providers import ControlsForm, Replay, WireApi
 
 
@@ -93,9 +95,10 @@ class WireAdapter:
             whatever the provider's rules say; the translation reads it from the chat body.
         replay: the row of spec 000's message preparation filter for this wire API, whatever the provider's:
             the adapter itself decides what of the kept reasoning it can send back.
-        default_max_tokens: the output limit (tokens) set as ``max_tokens`` when the request gives none, for a
-            wire API that requires one (Anthropic Messages); set before the controls are written, so that a
-            generated thinking budget is capped below it (spec 004 "Output limits and billing").
+        default_max_tokens: the tokens left for the answer when the request gives no output limit, for a wire API
+            that requires one (Anthropic Messages): ``max_tokens`` is then this plus the thinking budget
+            (``request.default_max_tokens``), set before the controls are written, so that a generated budget is
+            capped below it (spec 004 "Output limits and billing").
         headers: request headers the upstream needs, added when the client did not send them.
         api_key_header: where the client's ``Authorization: Bearer KEY`` goes: ``authorization`` (unchanged) or
             another header name that takes the bare key (``x-api-key``).
@@ -116,3 +119,96 @@ class WireAdapter:
     completion: Callable[[Any, Answer], dict[str, Any]]
     stream: Callable[[Answer], StreamTranslator]
     error: Callable[[Any], dict[str, Any] | None]
+
+
+# --- pieces both translations use -----------------------------------------------------------------------------
+
+
+def call_function(call: Any, path: str) -> dict[str, Any]:
+    """The ``function`` object of the chat tool call at ``path`` (``messages[2].tool_calls[0]``).
+
+    Raises:
+        ApiError: 400 ``invalid_request`` naming ``path`` when ``call`` is not a tool call object with a function.
+    """
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        raise invalid_request(f"{path} must be a tool call object with a function.", path)
+    function: dict[str, Any] = call["function"]
+    return function
+
+
+def content_parts(content: Any, path: str) -> list[dict[str, Any]]:
+    """The parts of chat message content at ``path`` that is neither a string nor ``null`` (the callers take
+    those first): a list of part objects.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` naming the content or the part that is not an object.
+    """
+    if not isinstance(content, list):
+        raise invalid_request(f"{path} must be a string or an array of content parts.", path)
+    for i, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise invalid_request(f"{path}[{i}] must be a content part object.", f"{path}[{i}]")
+    return content
+
+
+def function_tool(tool: Any) -> dict[str, Any] | None:
+    """The ``function`` object of a chat function tool (``{"type": "function", "function": {...}}``); ``None`` for
+    any other entry of ``tools`` (a wire API's own tools, which pass as they are)."""
+    if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("function"), dict):
+        function: dict[str, Any] = tool["function"]
+        return function
+    return None
+
+
+def count_plain_reasoning(message: dict[str, Any], counts: dict[str, int]) -> None:
+    """Count an assistant message's plain reasoning text (``reasoning`` or ``reasoning_content``) as
+    ``unsigned-reasoning-dropped``: a native wire API takes back only signed or encrypted state. Called for a
+    message without details (where details exist, the plain text is the same reasoning)."""
+    for key in PLAIN_FIELDS:
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            counts["unsigned-reasoning-dropped"] += 1
+            return
+
+
+def chat_completion(
+    native: dict[str, Any],
+    answer: Answer,
+    message: dict[str, Any],
+    finish_reason: str,
+    usage: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """A chat completion (one choice) for a translated answer: ``id`` and ``model`` from the native body (the
+    request's model when it names none), ``created`` from ``answer``, ``usage`` when reported."""
+    out: dict[str, Any] = {
+        "id": native.get("id"),
+        "object": "chat.completion",
+        "created": answer.created,
+        "model": native.get("model") or answer.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+    }
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+class ChunkStream:
+    """What both stream translators keep: the ``Answer``, whether the terminal event was seen (``done``), and the
+    answer's ``id`` and ``model`` once the stream names them; ``_chunk`` makes one chat chunk of choice 0."""
+
+    __slots__ = ("_id", "_model", "answer", "done")
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.done = False
+        self._id: Any = None
+        self._model: Any = answer.model
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self.answer.created,
+            "model": self._model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }

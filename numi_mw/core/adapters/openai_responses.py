@@ -37,7 +37,18 @@ from typing import Any
 
 import msgspec
 
-from numi_mw.core.adapters.base import Answer, RequestFacts, Translation, WireAdapter
+from numi_mw.core.adapters.base import (
+    Answer,
+    ChunkStream,
+    RequestFacts,
+    Translation,
+    WireAdapter,
+    call_function,
+    chat_completion,
+    content_parts,
+    count_plain_reasoning,
+    function_tool,
+)
 from numi_mw.core.controls import ReasoningControls
 from numi_mw.core.errors import ApiError, invalid_request, upstream_unavailable
 
@@ -290,14 +301,7 @@ def _input_content(content: Any, path: str) -> Any:
         return ""
     if isinstance(content, str):
         return content
-    if not isinstance(content, list):
-        raise invalid_request(f"{path} must be a string or an array of content parts.", path)
-    parts: list[Any] = []
-    for i, part in enumerate(content):
-        if not isinstance(part, dict):
-            raise invalid_request(f"{path}[{i}] must be a content part object.", f"{path}[{i}]")
-        parts.append(_input_part(part))
-    return parts
+    return [_input_part(part) for part in content_parts(content, path)]
 
 
 def _input_part(part: dict[str, Any]) -> Any:
@@ -344,12 +348,8 @@ def _output_parts(content: Any, path: str) -> list[Any]:
         return []
     if isinstance(content, str):
         return [{"type": "output_text", "text": content}] if content else []
-    if not isinstance(content, list):
-        raise invalid_request(f"{path} must be a string or an array of content parts.", path)
     parts: list[Any] = []
-    for i, part in enumerate(content):
-        if not isinstance(part, dict):
-            raise invalid_request(f"{path}[{i}] must be a content part object.", f"{path}[{i}]")
+    for part in content_parts(content, path):
         if part.get("type") == "text":
             text = part.get("text")
             if text != "":
@@ -363,9 +363,7 @@ def _function_call(call: Any, path: str) -> dict[str, Any]:
     """A chat tool call as a ``function_call`` item: ``call_id`` is the chat call's ``id`` and the arguments stay
     a JSON string (an object is encoded; none or ``""`` becomes ``"{}"``, what OpenAI sends for no arguments).
     No item ``id``: the chat call has none, and OpenAI's own stateless client sends none either."""
-    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
-        raise invalid_request(f"{path} must be a tool call object with a function.", path)
-    function = call["function"]
+    function = call_function(call, path)
     arguments = function.get("arguments")
     if arguments is None or arguments == "":
         arguments = "{}"
@@ -440,11 +438,7 @@ def _reasoning_items(message: dict[str, Any], counts: dict[str, int], seen: set[
     """
     details = message.get("reasoning_details")
     if not isinstance(details, list) or not details:
-        for key in ("reasoning", "reasoning_content"):
-            value = message.get(key)
-            if isinstance(value, str) and value:
-                counts["unsigned-reasoning-dropped"] += 1
-                break
+        count_plain_reasoning(message, counts)
         return []
     groups: list[_Group] = []
     by_id: dict[str, _Group] = {}
@@ -534,8 +528,8 @@ def _tools(tools: Any) -> list[Any] | None:
         return None
     out: list[Any] = []
     for tool in tools:
-        if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("function"), dict):
-            function = tool["function"]
+        function = function_tool(tool)
+        if function is not None:
             entry: dict[str, Any] = {"type": "function", "name": function.get("name")}
             if function.get("description") is not None:
                 entry["description"] = function["description"]
@@ -563,9 +557,7 @@ def _tool_choice(choice: Any) -> Any:
         allowed = choice["allowed_tools"]
         tools = allowed.get("tools")
         flat = [
-            {"type": "function", "name": tool["function"].get("name")}
-            if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("function"), dict)
-            else tool
+            tool if (function := function_tool(tool)) is None else {"type": "function", "name": function.get("name")}
             for tool in (tools if isinstance(tools, list) else [])
         ]
         return {"type": "allowed_tools", "mode": allowed.get("mode"), "tools": flat}
@@ -750,17 +742,7 @@ def completion(native: Any, answer: Answer) -> dict[str, Any]:
         message["reasoning_details"] = details
     if calls:
         message["tool_calls"] = calls
-    out: dict[str, Any] = {
-        "id": native.get("id"),
-        "object": "chat.completion",
-        "created": answer.created,
-        "model": native.get("model") or answer.model,
-        "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(native, bool(calls))}],
-    }
-    translated = usage(native.get("usage"))
-    if translated is not None:
-        out["usage"] = translated
-    return out
+    return chat_completion(native, answer, message, _finish_reason(native, bool(calls)), usage(native.get("usage")))
 
 
 @dataclass(slots=True)
@@ -788,7 +770,7 @@ class _Item:
     done: bool = False
 
 
-class StreamTranslator:
+class StreamTranslator(ChunkStream):
     """OpenAI Responses stream events in, chat completion chunks out (spec 004 "Streaming"); one per stream.
 
     Items are tracked by ``item_id``, else by ``output_index`` (llama-server sends no ``output_index``, no
@@ -805,28 +787,16 @@ class StreamTranslator:
     delta, then a usage chunk when the request asked for one and the upstream reported usage.
     """
 
-    __slots__ = ("_by_id", "_by_index", "_calls", "_id", "_items", "_model", "_started", "_visible", "answer", "done")
+    __slots__ = ("_by_id", "_by_index", "_calls", "_items", "_started", "_visible")
 
     def __init__(self, answer: Answer) -> None:
-        self.answer = answer
-        self.done = False
-        self._id: Any = None
-        self._model: Any = answer.model
+        super().__init__(answer)
         self._started = False
         self._visible = False  # visible reasoning went out: the next part opens with SEPARATOR
         self._by_id: dict[str, _Item] = {}
         self._by_index: dict[int, _Item] = {}
         self._items = 0
         self._calls = 0
-
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {
-            "id": self._id,
-            "object": "chat.completion.chunk",
-            "created": self.answer.created,
-            "model": self._model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
 
     def event(self, data: Any) -> list[dict[str, Any]]:
         """The chat chunks for one event (``response.*`` events and ``error``; unknown events make none).
