@@ -21,6 +21,7 @@ from numi_mw.core.think import (
     HARMONY_HEADER_CHARS,
     TAG_FAMILIES,
     Piece,
+    ReasoningEcho,
     SplitText,
     ThinkSplitter,
     ThinkTags,
@@ -509,6 +510,109 @@ def test_no_switch_inside_a_block_or_after_content_was_held() -> None:
     splitter = ThinkSplitter(lookahead_chars=0, switch_chars=0)  # switched off
     splitter.reasoning_in_fields()
     assert splitter.feed("a</think>b") == [("content", "ab")]
+
+
+@pytest.mark.parametrize("kwargs", [{"lookahead_chars": 0}, {}], ids=repr)
+def test_end_hold_releases_held_content_and_a_partial_tag_as_content(kwargs: Options) -> None:
+    splitter = ThinkSplitter(**kwargs)  # type: ignore[arg-type]
+    splitter.reasoning_in_fields()
+    assert splitter.feed("Let me check. <th") == []
+    assert splitter.end_hold() == [("content", "Let me check. <th")]  # a tool call came: it was content
+    assert splitter.feed("</think>ok") == [("content", "ok")]  # a closing tag after it is a stray tag
+    splitter = ThinkSplitter(lookahead_chars=0)
+    assert splitter.feed("Hi <thi") == [("content", "Hi ")]
+    assert splitter.end_hold() == [("content", "<thi")]
+    assert splitter.end_hold() == []
+
+
+def test_end_hold_changes_nothing_inside_reasoning() -> None:
+    splitter = ThinkSplitter(lookahead_chars=0)
+    assert splitter.feed("<think>plan </thi") == [("reasoning", "plan ")]
+    assert splitter.end_hold() == []
+    assert splitter.feed("nk>done") == [("content", "done")]
+    splitter = ThinkSplitter(start_in_reasoning=True)
+    assert splitter.feed("\n") == []
+    assert splitter.end_hold() == []
+    assert splitter.feed("a</think>b") == [("reasoning", "\na"), ("content", "b")]
+
+
+# --- tagged reasoning that repeats the reasoning fields -----------------------------------------------------
+
+
+def echo_run(fields: str, *pieces: Piece, end: bool = True) -> list[Piece]:
+    echo = ReasoningEcho()
+    echo.fields(fields)
+    out = merge(echo.filter(list(pieces)))
+    return merge(out + echo.settle()) if end else out
+
+
+def test_tagged_reasoning_equal_to_the_fields_is_dropped() -> None:
+    assert echo_run("R", ("reasoning", "R"), ("content", "Answer")) == [("content", "Answer")]
+    # surrounding whitespace is ignored (llama.cpp keeps the reasoning's trailing whitespace in tags)
+    assert echo_run("\nPlan.", ("reasoning", " Plan.\n"), ("content", "Done")) == [("content", "Done")]
+    assert echo_run("Plan.\n\n", ("reasoning", "Plan."), ("content", "Done")) == [("content", "Done")]
+    # at the end of the answer (or a tool call, a finish) as at the content
+    assert echo_run("a <b", ("reasoning", "a "), ("reasoning", "<b")) == []
+
+
+def test_tagged_reasoning_that_differs_goes_out_all_of_it_at_once() -> None:
+    echo = ReasoningEcho()
+    echo.fields("Spell it out.")
+    assert echo.filter([("reasoning", "Spell")]) == []
+    assert echo.filter([("reasoning", " it")]) == []
+    assert echo.filter([("reasoning", " now")]) == [("reasoning", "Spell it now")]  # differs: out at once
+    assert echo.filter([("reasoning", ".")]) == [("reasoning", ".")]  # and the rest as it comes
+    assert echo.filter([("content", "x")]) == [("content", "x")]
+    assert echo.filter([("reasoning", "Spell")]) == [("reasoning", "Spell")]  # a new phase, no fields in it
+
+
+def test_tagged_reasoning_shorter_than_the_fields_goes_out_when_the_content_begins() -> None:
+    assert echo_run("Plan. More.", ("reasoning", "Plan."), end=False) == []
+    assert echo_run("Plan. More.", ("reasoning", "Plan."), ("content", "\n"), ("content", "Done"), end=False) == [
+        ("content", "\n"),  # whitespace only: not yet the content
+        ("reasoning", "Plan."),
+        ("content", "Done"),
+    ]
+    assert echo_run("Plan. More.", ("reasoning", "Plan.")) == [("reasoning", "Plan.")]
+    assert echo_run("Plan.", ("reasoning", "  ")) == [("reasoning", "  ")]  # whitespace is not "Plan."
+
+
+def test_what_is_held_is_never_longer_than_the_fields_but_for_whitespace() -> None:
+    echo = ReasoningEcho()
+    echo.fields("ab")
+    assert echo.filter([("reasoning", "\n a")]) == []
+    assert echo.filter([("reasoning", "b \n")]) == []
+    assert echo.filter([("reasoning", "c")]) == [("reasoning", "\n ab \nc")]  # ran past the fields
+    echo = ReasoningEcho()
+    echo.fields("a")
+    assert echo.filter([("reasoning", "a b")]) == [("reasoning", "a b")]
+    echo.fields("a b")  # fields after the tagged text are not compared with it
+    assert echo.settle() == []
+
+
+def test_without_fields_tagged_reasoning_passes_and_fields_come_in_any_pieces() -> None:
+    echo = ReasoningEcho()
+    pieces: list[Piece] = [("reasoning", "x"), ("content", "y")]
+    assert echo.filter(pieces) is pieces
+    assert not echo.active
+    for part in ("  ", "Sp", "el", "l"):
+        echo.fields(part)
+    assert echo.active
+    assert echo.filter([("reasoning", "S"), ("reasoning", "pe")]) == []
+    assert echo.filter([("reasoning", "ll"), ("tool_call", "f"), ("tool_arguments", "{}")]) == [
+        ("tool_call", "f"),
+        ("tool_arguments", "{}"),
+    ]
+    assert not echo.active
+
+
+def test_a_buffered_message_drops_the_echo_by_the_same_rule() -> None:
+    think = ThinkTags()
+    assert think.split_message("<think>R</think>Answer", fields="R") == SplitText("", "Answer")
+    assert think.split_message("<think>\nR\n</think>\n\nAnswer", fields=" R") == SplitText("", "Answer")
+    assert think.split_message("<think>tagged</think>answer", fields="own") == SplitText("tagged", "answer")
+    assert think.split_message("R</think>Answer", fields="R") == SplitText("", "Answer")  # the switch's tail
+    assert think.split_message(" more.</think>Answer", fields="Let me think") == SplitText(" more.", "Answer")
 
 
 # --- gpt-oss harmony -----------------------------------------------------------------------------------------

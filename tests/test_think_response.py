@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from itertools import pairwise
 from typing import Any
 
 import httpx
@@ -113,6 +114,185 @@ def test_the_echo_of_tagged_reasoning_beside_its_fields_is_still_one_copy() -> N
     )
     view = client_view(sse_chunks(every_split(body, ThinkTags())))
     assert (view.reasoning, view.content) == ("Spell it", "Three.")
+
+
+def buffered(content: str, **message: Any) -> dict[str, Any]:
+    """The normalized message of a buffered completion whose message has ``content`` and ``message``."""
+    body = {
+        "id": "chatcmpl-7",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content, **message}}],
+    }
+    normalized = json.loads(rewrite_json(json.dumps(body).encode(), think=ThinkTags()))
+    return normalized["choices"][0]["message"]  # type: ignore[no-any-return]
+
+
+CALL = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+ARGUMENTS = {"index": 0, "function": {"arguments": '{"city":"Lisbon"}'}}
+THINK_DETAIL = {"type": "reasoning.text", "text": "think", "format": "unknown", "index": 0}
+
+
+@pytest.mark.parametrize("start", ["content", "auto", "reasoning"])
+def test_text_held_after_reasoning_fields_goes_out_before_the_tool_calls(start: str) -> None:
+    body = stream(
+        {"reasoning_content": "think"},
+        {"content": "Let me check."},
+        {"tool_calls": [CALL]},
+        {"tool_calls": [ARGUMENTS]},
+        finish="tool_calls",
+    )
+    assert sse_chunks(every_split(body, ThinkTags(start=start))) == [  # type: ignore[arg-type]
+        chunk({"reasoning": "think", "reasoning_details": [THINK_DETAIL]}),
+        chunk({"content": "Let me check."}),
+        chunk({"tool_calls": [CALL]}),
+        chunk({"tool_calls": [ARGUMENTS]}),
+        chunk({}, "tool_calls"),
+    ]
+    # the buffered body of the same answer agrees
+    message = buffered("Let me check.", reasoning_content="think", tool_calls=[CALL])
+    assert (message["reasoning"], message["content"], message["tool_calls"]) == ("think", "Let me check.", [CALL])
+
+
+def test_held_text_goes_out_ahead_of_anything_that_is_not_content_or_reasoning() -> None:
+    # the tool call in the same chunk as the held text's end: one delta, the content first
+    body = stream({"reasoning_content": "think"}, {"content": "Let me"}, {"content": " check.", "tool_calls": [CALL]})
+    assert sse_chunks(every_split(body, ThinkTags())) == [
+        chunk({"reasoning": "think", "reasoning_details": [THINK_DETAIL]}),
+        chunk({"content": "Let me check.", "tool_calls": [CALL]}),
+        chunk({}, "stop"),
+    ]
+    # a refusal
+    body = stream({"reasoning_content": "think"}, {"content": "No."}, {"refusal": "I can't help with that."})
+    assert sse_chunks(every_split(body, ThinkTags()))[1:3] == [
+        chunk({"content": "No."}),
+        chunk({"refusal": "I can't help with that."}),
+    ]
+    # auto start's hold, and a partial tag at the end of content
+    body = stream({"content": "Checking"}, {"tool_calls": [CALL]})
+    assert sse_chunks(every_split(body, ThinkTags(start="auto")))[:2] == [
+        chunk({"content": "Checking"}),
+        chunk({"tool_calls": [CALL]}),
+    ]
+    body = stream({"content": "Checking <th"}, {"tool_calls": [CALL]})
+    assert sse_chunks(every_split(body, ThinkTags()))[:3] == [
+        chunk({"content": "Checking "}),
+        chunk({"content": "<th"}),
+        chunk({"tool_calls": [CALL]}),
+    ]
+
+
+def test_empty_fields_and_metadata_do_not_end_the_hold() -> None:
+    body = stream(
+        {"reasoning_content": "Let me", "channel": "analysis"},
+        {"content": " think", "refusal": "", "tool_calls": None},
+        {"content": "", "tool_calls": [], "channel": "final"},
+        {"content": ".</think>\n\nThe answer."},
+    )
+    view = client_view(sse_chunks(every_split(body, ThinkTags())))
+    assert (view.reasoning, view.content) == ("Let me think.", "The answer.")
+
+
+# --- tagged reasoning that repeats the reasoning fields --------------------------------------------------------
+
+
+def test_a_streamed_echo_after_the_fields_is_dropped_as_in_the_buffered_body() -> None:
+    body = (
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"R"},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":"<think>R</think>Answer"},"finish_reason":null}]}\n\n'
+    )
+    assert every_split(body, ThinkTags()) == (
+        b'data: {"choices":[{"index":0,"delta":{"reasoning":"R","reasoning_details":[{"type":"reasoning.text",'
+        b'"text":"R","format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":"Answer"},"finish_reason":null}]}\n\n'
+    )
+    message = buffered("<think>R</think>Answer", reasoning_content="R")
+    assert (message["reasoning"], message["content"]) == ("R", "Answer")
+
+
+@pytest.mark.parametrize(
+    ("fields", "content", "reasoning", "answer"),
+    [
+        (["Spell", " it out."], ["<think>\nSpell it", " out.\n</think>\n\nThree."], "Spell it out.", "Three."),
+        (["Spell it out."], ["<think>Spell it", " now.</think>Three."], "Spell it out.Spell it now.", "Three."),
+        (["Spell it out."], ["<think>Spell</think>", "Three."], "Spell it out.Spell", "Three."),  # shorter
+        (["R"], ["<think>R2</think>Answer"], "RR2", "Answer"),  # runs past the fields
+        (["R"], ["<think>R</think>A<think>R</think>B"], "RR", "AB"),  # a new phase after the content
+    ],
+)
+def test_tagged_reasoning_after_the_fields_gives_the_buffered_strings(
+    fields: list[str], content: list[str], reasoning: str, answer: str
+) -> None:
+    body = stream(*({"reasoning_content": f} for f in fields), *({"content": c} for c in content))
+    view = client_view(sse_chunks(every_split(body, ThinkTags())))
+    assert (view.reasoning, view.content) == (reasoning, answer)
+    message = buffered("".join(content), reasoning_content="".join(fields))
+    assert (message["reasoning"], message["content"]) == (reasoning, answer)
+
+
+_FIELD_TEXT = st.text(alphabet="ab <\n", min_size=1, max_size=12)
+_ANSWER = st.text(alphabet="xy <\n", max_size=8)
+_WS = st.sampled_from(["", "\n", "\n\n", " "])
+
+
+@st.composite
+def _mixed_streams(draw: st.DrawFn) -> tuple[str, str, list[tuple[str, str]]]:
+    """A message (field reasoning, content) and its stream as (field text, content text) chunks: the fields
+    first and then the content (tags echoing them, differing, shorter, longer, the switch's tail, none, twice),
+    or each chunk carrying both (llama.cpp's deepseek-legacy), the tagged text never ahead of its fields."""
+    fields, other, answer = draw(_FIELD_TEXT), draw(_FIELD_TEXT), draw(_ANSWER)
+    w1, w2, w3 = draw(_WS), draw(_WS), draw(_WS)
+    echo = f"<think>{w1}{fields}{w2}</think>{w3}{answer}"
+
+    def cut(text: str) -> list[str]:
+        bounds = [0, *sorted(draw(st.lists(st.integers(0, len(text)), max_size=4))), len(text)]
+        return [text[a:b] for a, b in pairwise(bounds)]
+
+    if draw(st.booleans()):  # deepseek-legacy: each chunk its field text and the content up to the same point
+        chunks: list[tuple[str, str]] = []
+        f0 = c0 = 0
+        for f in [*sorted(draw(st.lists(st.integers(0, len(fields)), max_size=5))), len(fields)]:
+            c = draw(st.integers(c0, len("<think>") + len(w1) + f))
+            chunks.append((fields[f0:f], echo[c0:c]))
+            f0, c0 = f, c
+        chunks.append(("", echo[c0:]))
+        return fields, echo, chunks
+    content = draw(
+        st.sampled_from(
+            [
+                echo,
+                f"<think>{fields}{other}</think>{answer}",
+                f"<think>{fields[: len(fields) // 2]}</think>{w3}{answer}",
+                f"<think>{other}</think>{w3}{answer}",
+                f"{other}</think>{w3}{answer}",
+                f"{fields}{w2}</think>{w3}{answer}",
+                answer,
+                f"<think>{fields}</think>{answer}<think>{w1}{fields}</think>{answer}",
+                f"{answer}<think>{fields}</think>{answer}",
+            ]
+        )
+    )
+    return fields, content, [(f, "") for f in cut(fields)] + [("", c) for c in cut(content)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    drawn=_mixed_streams(),
+    start=st.sampled_from(["content", "auto", "reasoning"]),
+    cuts=st.lists(st.integers(1, 2000), min_size=1, max_size=3),
+)
+def test_any_split_of_a_stream_mixing_fields_and_tags_gives_the_buffered_strings(
+    drawn: tuple[str, str, list[tuple[str, str]]], start: str, cuts: list[int]
+) -> None:
+    fields, content, chunks = drawn
+    deltas = [{**({"reasoning_content": f} if f else {}), **({"content": c} if c else {})} for f, c in chunks]
+    body = stream(*(d for d in deltas if d))
+    think = ThinkTags(start=start)  # type: ignore[arg-type]
+    whole = rewrite(body, think=think)
+    assert rewrite(body, think=think, cuts=tuple(sorted({min(c, len(body) - 1) for c in cuts}))) == whole
+    view = client_view(sse_chunks(whole))
+    message = {"role": "assistant", "content": content, "reasoning_content": fields}
+    completion = {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    split = json.loads(rewrite_json(json.dumps(completion).encode(), think=think))["choices"][0]["message"]
+    assert (view.reasoning, view.content) == (split.get("reasoning", ""), split["content"])
 
 
 # --- gpt-oss harmony tool calls ----------------------------------------------------------------------------------
@@ -254,6 +434,8 @@ _CONTENT = st.sampled_from(
         "<|end|>",
         "<|start|>assistant<|channel|>final<|message|>f",
         "to=functions.g",
+        "r",
+        "<think>r</think>",
     ]
 )
 _THINK_DELTA = st.fixed_dictionaries(
@@ -262,7 +444,8 @@ _THINK_DELTA = st.fixed_dictionaries(
         "role": st.just("assistant"),
         "content": st.one_of(st.none(), _CONTENT),
         "reasoning_content": st.sampled_from(["", "r"]),
-        "tool_calls": st.just([]),
+        "tool_calls": st.sampled_from([[], None, [{"index": 0, "function": {"arguments": "{}"}}]]),
+        "refusal": st.sampled_from(["", "No."]),
     },
 )
 _THINK_CHOICE = st.fixed_dictionaries(

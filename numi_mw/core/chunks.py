@@ -63,25 +63,29 @@ class _Choice:
     rebuilder: DetailsRebuilder = field(default_factory=lambda: DetailsRebuilder(track_text=_NO_TEXT))
     splitter: ThinkSplitter | None = None
     finished: bool = False
-    echoing: bool = False  # the stream's reasoning tags repeat its reasoning fields (``_note_echo``)
     tool_calls: int = 0  # harmony tool calls the splitter found in this choice's content
 
 
-def _note_echo(state: _Choice, delta: dict[str, Any], pieces: list[Piece], splitter: ThinkSplitter) -> None:
-    """Set ``state.echoing`` when the reasoning a think splitter cuts from this stream's ``content`` repeats
-    reasoning the stream carries in its own fields, so that sending both would double it (spec 004
-    "Streaming": read one of the two, never both). llama.cpp with ``--reasoning-format deepseek-legacy`` sends
-    each thinking token twice: in ``reasoning_content`` and, inside ``<think>`` tags, in ``content``.
+_HOLDING_KEYS: Final = frozenset(("content", "role", *REASONING_FIELDS))
+"""Delta keys that never end what a think splitter holds back: content text (it is fed to the splitter), the role,
+and reasoning (it may be followed by its own tail in content)."""
 
-    Decided for the whole stream at the first chunk that carries its own reasoning text (``reasoning``,
-    ``reasoning_content`` or the details' visible text) while its ``content`` is reasoning to the splitter: it
-    gave reasoning pieces, or holds back text that may turn out to be reasoning (auto start, a partial tag).
-    The texts are not compared: a held-back partial tag shifts tagged text into a later chunk.
-    """
-    if state.echoing or (plain_reasoning(delta) is None and not _details_text(delta)):
-        return
-    if splitter.holds_reasoning or any(kind == "reasoning" for kind, _ in pieces):
-        state.echoing = True
+
+def _ends(key: str, value: Any) -> bool:
+    """Whether a delta's ``key`` carries something that is neither content text nor reasoning, so that text a
+    think splitter holds back must go out before it: a tool call (``tool_calls``, ``function_call``), a refusal,
+    or any other field with a nonempty list or object (audio, a new kind of block). Metadata strings
+    (``channel``) and empty values (``"refusal": ""``, ``"tool_calls": null``) do not."""
+    if key in _HOLDING_KEYS:
+        return False
+    if type(value) is str:
+        return key == "refusal" and value != ""
+    return isinstance(value, list | dict) and bool(value)
+
+
+def _ends_hold(delta: dict[str, Any]) -> bool:
+    """Whether ``delta`` ends what a think splitter holds back (``_ends``)."""
+    return any(_ends(key, value) for key, value in delta.items())
 
 
 def _details_text(delta: dict[str, Any]) -> str:
@@ -186,7 +190,7 @@ class ChunkNormalizer:
                 if text == content:
                     return UNCHANGED
                 fields = {"content": text}
-            elif kind == "reasoning" and not self.exclude and not state.echoing:
+            elif kind == "reasoning" and not self.exclude:
                 fields = self._piece_fields(pieces[0], state)
             if fields is not None:
                 choice["delta"] = {"role": delta["role"], **fields} if size == 2 else fields
@@ -307,19 +311,23 @@ class ChunkNormalizer:
         flush = finishing and splitter is not None and not state.finished
         if finishing:
             state.finished = True
-        if not (split or flush or any(key in delta for key in REASONING_FIELDS)):
+        ends = flush or (splitter is not None and not state.finished and _ends_hold(delta))
+        if not (split or ends or any(key in delta for key in REASONING_FIELDS)):
             return UNCHANGED
 
         pieces: list[Piece] = []
         if splitter is not None:
-            if not split and (plain_reasoning(delta) is not None or _details_text(delta)):
-                splitter.reasoning_in_fields()  # a closing tag in later content ends this reasoning
+            own = plain_reasoning(delta) or _details_text(delta)
+            if own:
+                if not split:
+                    splitter.reasoning_in_fields()  # a closing tag in later content ends this reasoning
+                if not self.exclude:
+                    splitter.field_reasoning(own)  # it comes before the chunk's content: an echo of it is dropped
             if split:
                 assert isinstance(content, str)
                 pieces = splitter.feed(content)
-            if flush:
-                pieces = _merge(pieces + splitter.flush())
-            _note_echo(state, delta, pieces, splitter)  # echoed tags: _piece_fields drops their reasoning
+            if ends:  # held text keeps its place before the tool call or the finish
+                pieces = _merge(pieces + (splitter.flush() if flush else splitter.end_hold()))
         return self._entries(choice, delta, state, pieces, split=split, finishing=finishing)
 
     def _entries(
@@ -336,12 +344,22 @@ class ChunkNormalizer:
         main = _with_reasoning(delta, self._reasoning_fields(delta, state), split)
         piece_deltas = [self._piece_fields(piece, state) for piece in pieces]
         piece_deltas = [d for d in piece_deltas if d]
-        if piece_deltas and not split:
-            deltas = [*piece_deltas, main]  # text a splitter held goes out before the finish chunk
-        elif len(piece_deltas) >= 1 and not main.keys() & {"content", "tool_calls", *REASONING_FIELDS}:
-            deltas = [{**main, **piece_deltas[0]}, *piece_deltas[1:]]
-        else:
-            deltas = [main, *piece_deltas]
+        if not piece_deltas:
+            deltas = [main]
+        elif not split:
+            deltas = [*piece_deltas, main]  # text a splitter held goes out before this chunk (a tool call, a finish)
+        else:  # the content's pieces after the chunk's reasoning and before its tool calls
+            late = {key: value for key, value in main.items() if _ends(key, value)}
+            head = {key: value for key, value in main.items() if key not in late} if late else main
+            if not head.keys() & {"content", "tool_calls", *REASONING_FIELDS}:
+                deltas = [{**head, **piece_deltas[0]}, *piece_deltas[1:]]
+            else:
+                deltas = [head, *piece_deltas]
+            if late:
+                if "tool_calls" in deltas[-1] or deltas[-1].keys() & late.keys():
+                    deltas.append(late)
+                else:
+                    deltas[-1] = {**deltas[-1], **late}
         deltas = [part for d in deltas for part in _apart(d)]
         entries = [{**choice, "delta": d, "finish_reason": None} for d in deltas[:-1]]
         entries.append({**choice, "delta": deltas[-1]})
@@ -365,7 +383,7 @@ class ChunkNormalizer:
             if not state.tool_calls:
                 return {}
             return {"tool_calls": [{"index": state.tool_calls - 1, "function": {"arguments": text}}]}
-        if self.exclude or state.echoing:
+        if self.exclude:
             return {}
         entry = self._emit(state, {"type": "reasoning.text", "text": text, "format": "unknown"})
         return {"reasoning": text, "reasoning_details": [entry] if entry is not None else []}

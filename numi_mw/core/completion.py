@@ -10,7 +10,8 @@ On each choice's ``message``:
 - With ``exclude``, ``reasoning``, ``reasoning_details`` and ``reasoning_content`` are all omitted, and
   reasoning tags with their text are cut from ``content``. Usage passes through unchanged.
 - Think splitting reads ``content`` as a stream's splitter would, with the message's own reasoning fields
-  coming first (``ThinkTags.split_message(after_reasoning=...)``); harmony tool calls found in it are appended
+  coming first (``ThinkTags.split_message(fields=...)``): tagged reasoning that repeats them is left out, by the
+  rule streams follow (``think.ReasoningEcho``); harmony tool calls found in it are appended
   to ``message.tool_calls`` (ids as in a stream, ``chunks.tool_call_id``), ``content`` becomes ``null`` when
   nothing else is left of it, and ``finish_reason`` ``stop`` becomes ``tool_calls``.
 """
@@ -71,8 +72,8 @@ def _split_content(
     if not isinstance(content, str) or not content:
         return None
     details = message.get("reasoning_details")
-    own = plain_reasoning(message) is not None or (isinstance(details, list) and bool(visible_text(details)))
-    split = think.split_message(content, after_reasoning=own)
+    own = plain_reasoning(message) or (visible_text(details) if isinstance(details, list) else "")
+    split = think.split_message(content, fields=own)
     if split.content == content and not split.reasoning and not split.tool_calls:
         return None
     message["content"] = split.content if split.content or not split.tool_calls else None
@@ -89,8 +90,9 @@ def _split_content(
 def _normalize_reasoning(
     message: dict[str, Any], exclude: bool, split: tuple[str, tuple[tuple[str, str], ...]] | None
 ) -> bool:
-    """The reasoning fields of ``message``, with the tagged reasoning ``split`` took from its content; returns
-    whether anything changed (the content split included)."""
+    """The reasoning fields of ``message``, with the tagged reasoning ``split`` took from its content (an echo of
+    the message's own reasoning already left out) added after them; returns whether anything changed (the content
+    split included)."""
     tagged = split[0] if split is not None else ""
     changed = split is not None
     if exclude:
@@ -98,10 +100,6 @@ def _normalize_reasoning(
     reasoning = message.get("reasoning")
     details = message.get("reasoning_details")
     plain = plain_reasoning(message)
-    if tagged:
-        own = plain or (visible_text(details) if isinstance(details, list) else "")
-        if own and own.strip() == tagged.strip():  # the tags repeat the message's own reasoning (llama.cpp's
-            tagged = ""  # deepseek-legacy format): one copy (spec 004: read one of the two, never both)
     fields: dict[str, Any] = {}
     if isinstance(details, list) and details:
         shown = reasoning if isinstance(reasoning, str) and reasoning else visible_text(details) or plain

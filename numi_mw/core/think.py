@@ -72,6 +72,7 @@ __all__ = [
     "TAG_FAMILIES",
     "THINK_STARTS",
     "Piece",
+    "ReasoningEcho",
     "SplitText",
     "ThinkSplitter",
     "ThinkStart",
@@ -206,6 +207,7 @@ class ThinkSplitter:
         "_closes",
         "_depth",
         "_direct",
+        "_echo",
         "_fresh",
         "_harmony",
         "_header",
@@ -247,6 +249,7 @@ class ThinkSplitter:
         self._start_in_reasoning = start_in_reasoning
         self._lookahead = lookahead_chars
         self._switch = switch_chars
+        self._echo: ReasoningEcho | None = None  # made by the first ``field_reasoning``
         self._reset()
 
     def _reset(self) -> None:
@@ -284,17 +287,6 @@ class ThinkSplitter:
             return self._body
         return _CONTENT
 
-    @property
-    def holds_reasoning(self) -> bool:
-        """Whether text held back so far may turn out to be reasoning: leading text held until a tag decides, a
-        possible partial tag or leading whitespace inside reasoning."""
-        state = self._state
-        if state == _S_LEAD:
-            return self._lead_len > 0
-        if state in (_S_BLOCK, _S_IMPLICIT):
-            return bool(self._pending or self._ws)
-        return state == _S_BODY and self._body == _REASONING and self._pending != ""
-
     def reasoning_in_fields(self) -> None:
         """The stream has just carried reasoning in its own fields, with no content text beside it: from now on,
         content text is held back (at most ``switch_chars`` characters) until a tag decides whether it is the
@@ -313,6 +305,39 @@ class ThinkSplitter:
         self._lead_kind = _LEAD_SWITCH
         self._fresh = False
         self._direct = None
+
+    def end_hold(self) -> list[Piece]:
+        """Something that is not content text has come (a tool call, a refusal, the choice's finish): content text
+        held back until a tag decides (auto start, the switch from reasoning fields) and a possible partial tag at
+        the end of content go out now, as content, so that they keep their place before it. Nothing changes inside
+        reasoning or harmony markup.
+
+        Returns:
+            The pieces released, as for ``feed``.
+        """
+        out: list[Piece] = []
+        state = self._state
+        if state in (_S_CONTENT, _S_LEAD):
+            pending = self._pending
+            if pending:
+                self._pending = ""
+                self._emit(out, pending)
+            if state == _S_LEAD:
+                self._release_lead(out)
+        out = self._settle(out)
+        self._update_direct()
+        return out
+
+    def field_reasoning(self, text: str) -> None:
+        """The stream (or message) carried reasoning ``text`` in its own fields, before the content text fed next:
+        tagged reasoning that repeats it is dropped, by the rule of ``ReasoningEcho``."""
+        if not text:
+            return
+        echo = self._echo
+        if echo is None:
+            echo = self._echo = ReasoningEcho()
+        echo.fields(text)
+        self._direct = None  # every piece goes through the echo rule
 
     def feed(self, text: str) -> list[Piece]:
         """Add the next piece of content text; return the pieces it decides, in order.
@@ -337,6 +362,11 @@ class ThinkSplitter:
             text = self._pending + text
             self._pending = ""
         self._scan(text, out)
+        echo = self._echo
+        if echo is not None and echo.active:
+            out = echo.filter(out)
+            if not echo.active:
+                self._update_direct()
         return out
 
     def flush(self) -> list[Piece]:
@@ -356,7 +386,18 @@ class ThinkSplitter:
             self._emit(out, pending)
         if self._state == _S_LEAD:
             self._release_lead(out)
+        out = self._settle(out)
         self._reset()
+        return out
+
+    def _settle(self, out: list[Piece]) -> list[Piece]:
+        """``out`` through the echo rule, the phase of reasoning ended after it (``ReasoningEcho.settle``)."""
+        echo = self._echo
+        if echo is None or not echo.active:
+            return out
+        out = echo.filter(out)
+        for kind, text in echo.settle():
+            _put(out, kind, text)
         return out
 
     # --- scanning ----------------------------------------------------------------------------------------------
@@ -425,6 +466,8 @@ class ThinkSplitter:
             self._direct = self._body
         else:
             self._direct = None
+        if self._echo is not None and self._echo.active:
+            self._direct = None
 
     # --- output ------------------------------------------------------------------------------------------------
 
@@ -472,22 +515,13 @@ class ThinkSplitter:
         else:
             out.append((kind, text))
 
-    @staticmethod
-    def _put(out: list[Piece], kind: Kind, text: str) -> None:
-        if not text:
-            return
-        if out and out[-1][0] == kind and kind != _TOOL_CALL:
-            out[-1] = (kind, out[-1][1] + text)
-        else:
-            out.append((kind, text))
-
     def _release_lead(self, out: list[Piece]) -> None:
         """The held leading text is content."""
         text = "".join(self._lead)
         self._lead = []
         self._lead_len = 0
         self._state = _S_CONTENT
-        self._put(out, _CONTENT, text)
+        _put(out, _CONTENT, text)
 
     # --- tags --------------------------------------------------------------------------------------------------
 
@@ -583,7 +617,7 @@ class ThinkSplitter:
         self._lead = []
         self._lead_len = 0
         if self._lead_kind == _LEAD_SWITCH or text.lstrip(_WHITESPACE):
-            self._put(out, _REASONING, text)
+            _put(out, _REASONING, text)
         self._end_block()
 
     def _start_header(self, tag: str) -> None:
@@ -597,7 +631,7 @@ class ThinkSplitter:
             text = text.replace(marker, "")
         self._header = ""
         self._state = _S_CONTENT
-        self._put(out, _CONTENT, text)
+        _put(out, _CONTENT, text)
 
     def _start_body(self, out: list[Piece]) -> None:
         kind, name = harmony_header(self._header)
@@ -644,6 +678,132 @@ def harmony_header(header: str) -> tuple[Kind, str]:
     return (_REASONING if channel == "analysis" else _CONTENT), ""
 
 
+def _put(out: list[Piece], kind: Kind, text: str) -> None:
+    """Append ``text`` of ``kind`` to ``out``, joined to the last piece when it is of the same kind (a tool call
+    starts a new piece every time)."""
+    if not text:
+        return
+    if out and out[-1][0] == kind and kind != _TOOL_CALL:
+        out[-1] = (kind, out[-1][1] + text)
+    else:
+        out.append((kind, text))
+
+
+class ReasoningEcho:
+    """Drops tagged reasoning that repeats the reasoning a stream or a message carries in its own fields (spec 004
+    "Streaming": read one of the two, never both). llama.cpp with ``--reasoning-format deepseek-legacy`` sends
+    each thinking token twice: in ``reasoning_content`` and, inside ``<think>`` tags, in ``content``.
+
+    One rule for streams and buffered bodies, so that both give the same text: ``fields`` takes the field
+    reasoning and ``filter`` the splitter's pieces, in the order they come (a message's fields before its
+    content). A phase of reasoning ends at the next content that is not whitespace only, a harmony tool call, or
+    ``settle`` (a tool call, a finish, the end):
+
+    - Tagged reasoning before any field reasoning of the phase goes out as it comes.
+    - After field reasoning, tagged reasoning is held while, without its surrounding whitespace, it is the start
+      of the phase's field reasoning (without its leading whitespace): what is held is never longer than the
+      field reasoning, apart from the whitespace around it.
+    - As soon as it differs from the field reasoning or runs past it, all of it goes out, and so does the rest
+      of the phase's tagged reasoning, as it comes.
+    - At the end of the phase held text equal to the field reasoning, ignoring surrounding whitespace, is dropped
+      (an echo); other held text goes out. The phase's field reasoning is then forgotten.
+
+    Attributes:
+        active: field reasoning came in the current phase (``filter`` returns its pieces unchanged otherwise).
+    """
+
+    __slots__ = ("_f", "_fs", "_held", "_m", "_parts", "_passing", "_started", "_tail", "active")
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.active = False  # field reasoning came in this phase
+        self._parts: list[str] = []  # field reasoning not joined into ``_f`` yet
+        self._f = ""  # field reasoning without its leading whitespace, from some point at or before ``_m``
+        self._fs = False  # the field reasoning had a character that is not whitespace
+        self._m = 0  # the end of the match of the held text in ``_f``
+        self._held: list[str] = []  # the tagged reasoning held, as it came
+        self._started = False  # the held text had a character that is not whitespace
+        self._tail = ""  # the held text's trailing whitespace, not compared yet
+        self._passing = False  # the phase's tagged reasoning differed: it goes out as it comes
+
+    def fields(self, text: str) -> None:
+        """The visible text of reasoning that came in its own fields (``reasoning``, ``reasoning_content``, the
+        details)."""
+        if text and not self._passing:
+            self.active = True
+            self._parts.append(text)
+
+    def filter(self, pieces: list[Piece]) -> list[Piece]:
+        """The pieces to send for a splitter's ``pieces``: tagged reasoning held or dropped as above, held text
+        that goes out in its place before the piece that ended its phase."""
+        if not self.active:
+            return pieces
+        out: list[Piece] = []
+        for kind, text in pieces:
+            if kind == _REASONING:
+                if self.active:
+                    text = self._tagged(text)
+            elif kind != _CONTENT or text.strip(_WHITESPACE):
+                self._settle(out)
+            _put(out, kind, text)
+        return out
+
+    def settle(self) -> list[Piece]:
+        """End the phase (a tool call or a finish came, or the answer ended): the held text that goes out."""
+        out: list[Piece] = []
+        self._settle(out)
+        return out
+
+    def _tagged(self, text: str) -> str:
+        """Take tagged reasoning ``text``; return what goes out now."""
+        if self._passing:
+            return text
+        self._held.append(text)
+        if not self._started:
+            text = text.lstrip(_WHITESPACE)
+            if not text:
+                return ""
+            self._started = True
+        core = text.rstrip(_WHITESPACE)
+        if not core:
+            self._tail += text
+            return ""
+        need = self._tail + core if self._tail else core
+        if len(self._f) - self._m < len(need) and self._parts:
+            self._join()
+        if not self._f.startswith(need, self._m):
+            self._passing = True
+            held = "".join(self._held)
+            self._held = []
+            self._parts = []
+            self._f = ""
+            return held
+        self._m += len(need)
+        self._tail = text[len(core) :]
+        return ""
+
+    def _join(self) -> None:
+        """Join the new field reasoning to what the held text has not matched yet."""
+        text = "".join(self._parts)
+        self._parts = []
+        if not self._fs:
+            text = text.lstrip(_WHITESPACE)
+            self._fs = bool(text)
+        self._f = self._f[self._m :] + text
+        self._m = 0
+
+    def _settle(self, out: list[Piece]) -> None:
+        if not self.active:
+            return
+        if self._held:
+            rest = self._f[self._m :].strip(_WHITESPACE) or any(p.strip(_WHITESPACE) for p in self._parts)
+            if rest:  # shorter than the field reasoning: not an echo
+                _put(out, _REASONING, "".join(self._held))
+        self._reset()
+
+
 ThinkStart = Literal["content", "reasoning", "auto"]
 THINK_STARTS: tuple[ThinkStart, ...] = ("content", "reasoning", "auto")
 
@@ -652,7 +812,7 @@ class SplitText(NamedTuple):
     """A whole text split (``ThinkTags.split_message``).
 
     Attributes:
-        reasoning: the reasoning text, joined.
+        reasoning: the reasoning text, joined (without what repeats the message's own reasoning fields).
         content: the content text, joined.
         tool_calls: harmony tool calls, ``(function name, arguments text)`` in order.
     """
@@ -706,14 +866,15 @@ class ThinkTags:
             harmony=self.harmony,
         )
 
-    def split_message(self, text: str, *, after_reasoning: bool = False) -> SplitText:
+    def split_message(self, text: str, *, fields: str = "") -> SplitText:
         """Split a whole buffered ``content``.
 
         Args:
             text: the message's content.
-            after_reasoning: the message carries reasoning in its own fields (``reasoning_content``,
-                ``reasoning``, details), which come before its content: text before a closing tag within
-                ``switch_chars`` characters is the end of that reasoning, as in a stream.
+            fields: the visible text of the reasoning the message carries in its own fields (``reasoning``,
+                ``reasoning_content``, details), which comes before its content. When there is any, text before
+                a closing tag within ``switch_chars`` characters is the end of that reasoning, as in a stream, and
+                tagged reasoning that repeats it is left out (``ReasoningEcho``).
         """
         splitter = ThinkSplitter(
             self.families,
@@ -722,8 +883,9 @@ class ThinkTags:
             switch_chars=self.switch_chars,
             harmony=self.harmony,
         )
-        if after_reasoning:
+        if fields:
             splitter.reasoning_in_fields()
+            splitter.field_reasoning(fields)
         pieces = splitter.feed(text) + splitter.flush()
         reasoning: list[str] = []
         content: list[str] = []
