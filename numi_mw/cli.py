@@ -158,8 +158,17 @@ def _response(args: argparse.Namespace) -> int:
         return 1
     body = sys.stdin.buffer.read()
     options = response_options(prepared.translation, prepared.controls.exclude, _think(args, rules))
-    # no headers on stdin: a body that opens like JSON is a buffered answer, anything else a stream
-    content_type = "application/json" if body.lstrip()[:1] in (b"{", b"[") else "text/event-stream"
+    # no headers on stdin: a body that opens like JSON is a buffered answer (or an error body), one that opens
+    # like SSE (a field or a comment line) a stream; anything else is a stream when the request asked for one,
+    # and a buffered answer that is not JSON when it did not
+    start = body.lstrip()
+    if start[:1] in (b"{", b"["):
+        streamed = False
+    elif start[:1] == b":" or start.startswith((b"data:", b"event:", b"id:", b"retry:")):
+        streamed = True
+    else:
+        streamed = prepared.stream
+    content_type = "text/event-stream" if streamed else "application/json"
     status = 200
     adapter = WIRE_APIS.get(args.wire_api)
     if adapter is not None and content_type == "application/json":

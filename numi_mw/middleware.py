@@ -105,7 +105,10 @@ class ReasoningMiddleware:
             await send_error(send, error)
             return
         if prepared.changed:  # the app now gets the whole body at once: its length, no chunked framing
-            headers = with_length(scope["headers"], len(prepared.body), _REQUEST_FRAMING, lowered=True)
+            native = b"application/json" if prepared.translation is not None else None  # the JSON numi_mw wrote
+            headers = with_length(
+                scope["headers"], len(prepared.body), _REQUEST_FRAMING, lowered=True, content_type=native
+            )
             scope = {**scope, "headers": headers}
         elif accepts_encoding:
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"accept-encoding"]}

@@ -865,3 +865,72 @@ def test_an_output_limit_that_is_not_a_whole_number_is_refused(key: str, value: 
             prepare_request(raw, fixed_route(provider_rules("generic"), wire_api=wire_api))
         assert (info.value.status, info.value.code, info.value.param) == (400, "invalid_request", key)
         assert info.value.message == f"{key} must be a positive whole number of tokens."
+
+
+def _call_arguments(chunks: list[dict[str, Any]]) -> str:
+    return "".join(
+        call["function"].get("arguments", "")
+        for chunk in chunks
+        for choice in chunk.get("choices", [])
+        for call in choice["delta"].get("tool_calls", [])
+    )
+
+
+@pytest.mark.parametrize(
+    ("start_input", "deltas", "arguments"),
+    [
+        ({"city": "Paris"}, [], '{"city":"Paris"}'),  # the input came whole in content_block_start
+        ({}, [], "{}"),
+        (None, [], "{}"),
+        ({}, ['{"city":', '"Lisbon"}'], '{"city":"Lisbon"}'),  # Anthropic's shape: {} then the deltas
+    ],
+)
+def test_a_streamed_tool_use_keeps_the_input_it_started_with_unless_deltas_replace_it(
+    start_input: dict[str, Any] | None, deltas: list[str], arguments: str
+) -> None:
+    block = {"type": "tool_use", "id": "toolu_1", "name": "get_weather"}
+    if start_input is not None:
+        block["input"] = start_input
+    events = [
+        START,
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        *(
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": d}}
+            for d in deltas
+        ),
+        {"type": "content_block_stop", "index": 0},
+        *END,
+    ]
+    assert _call_arguments(chunks_of(events)) == arguments
+
+
+def test_fields_only_anthropic_defines_pass_as_they_are() -> None:
+    native_fields = {
+        "cache_control": {"type": "ephemeral"},
+        "inference_geo": "us",
+        "stop_sequences": ["END"],
+        "container": "container_1",
+    }
+    body, adjustments = native({"model": "m", "messages": [{"role": "user", "content": "Q"}], **native_fields})
+    assert body == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Q"}],
+        "max_tokens": 4096,
+        **native_fields,
+    }
+    assert adjustments == []
+
+
+def test_a_summary_in_anthropics_own_format_is_counted_as_unsigned_text() -> None:
+    summary = {"type": "reasoning.summary", "summary": "S", "format": "anthropic-claude-v1"}
+    _, adjustments = native(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "Q"},
+                {"role": "assistant", "content": "A.", "reasoning_details": [summary]},
+                {"role": "user", "content": "Q2"},
+            ],
+        }
+    )
+    assert adjustments == ["unsigned-reasoning-dropped=1"]

@@ -1508,3 +1508,22 @@ def test_round_trip_of_the_codex_tool_loop(shared_dir: Path) -> None:
     assert translation.body["store"] is False
     assert translation.body["include"] == INCLUDE
     assert translation.adjustments == []
+
+
+def test_fields_only_responses_defines_pass_as_they_are() -> None:
+    native_fields = {
+        "conversation": "conv_1",
+        "prompt": {"id": "pmpt_1", "version": "2"},
+        "context_management": [{"type": "compaction", "compact_threshold": 200000}],
+        "background": False,
+        "previous_response_id": "resp_1",
+    }
+    translation = run({"model": "m", "messages": [{"role": "user", "content": "q"}], **native_fields})
+    assert translation.body == {"model": "m", "input": [user("q")], **native_fields, "include": INCLUDE, "store": False}
+    assert translation.adjustments == []
+
+
+def test_a_whole_number_float_output_limit_goes_as_an_integer() -> None:
+    translation = run({"model": "m", "max_tokens": 1e3, "messages": []})
+    assert translation.body["max_output_tokens"] == 1000
+    assert type(translation.body["max_output_tokens"]) is int

@@ -588,9 +588,17 @@ def test_tagged_reasoning_that_differs_from_the_fields_beside_it_is_added_as_in_
         ),
         (
             "reasoning",
-            [b'{"content":"a <","reasoning_content":"a <"}', b'{"content":"b","reasoning_content":"b"}'],
+            [b'{"content":"a <","reasoning_content":"a <"}', b'{"content":"b</think>","reasoning_content":"b"}'],
             "a <b",
             "",
+        ),
+        # content beside reasoning fields is held as after them: with no closing tag it is content, as in the
+        # buffered body of the same message
+        (
+            "reasoning",
+            [b'{"content":"a <","reasoning_content":"a <"}', b'{"content":"b","reasoning_content":"b"}'],
+            "a <b",
+            "a <b",
         ),
     ],
 )

@@ -179,6 +179,15 @@ def test_response_translates_a_native_error_body_and_exits_1(tmp_path: Path) -> 
     result = run(args, b'{"x":1}')  # JSON that is not an Anthropic message: the sidecar's 502 body
     assert result.returncode == 1
     assert json.loads(result.stdout)["error"]["code"] == "upstream_unavailable"
+    for not_json in (b"<html>\n", b""):  # an answer to a buffered request that is not JSON at all: the same
+        result = run(args, not_json)
+        assert result.returncode == 1
+        assert json.loads(result.stdout)["error"] == {
+            "message": "The upstream's answer is not JSON; numi_mw cannot translate it.",
+            "type": "api_error",
+            "code": "upstream_unavailable",
+            "param": None,
+        }
 
 
 def test_request_prints_adjustments_on_stderr_after_the_body() -> None:

@@ -225,3 +225,13 @@ def test_an_answer_that_is_not_anthropics_is_a_502_labelled_json(anthropic_sidec
         "code": "upstream_unavailable",
         "param": None,
     }
+
+
+def test_a_translated_request_goes_upstream_labelled_json_whatever_the_client_labelled_it(
+    upstream: ReplayUpstream, anthropic_sidecar: str
+) -> None:
+    body = json.dumps({"model": "claude-haiku-4-5", "messages": HISTORY}).encode()
+    form = {"content-type": "application/x-www-form-urlencoded", "x-replay-fixture": SIGNED_STREAM}  # curl -d
+    httpx.post(f"{anthropic_sidecar}/chat/completions", content=body, headers=form, timeout=10)
+    received = upstream.received[-1]
+    assert (received.path, received.headers["content-type"]) == ("/v1/messages", "application/json")

@@ -470,9 +470,11 @@ def test_with_a_native_wire_api_an_answer_that_is_not_native_is_a_502_labelled_j
 
 def test_with_a_native_wire_api_a_body_not_labelled_json_is_still_translated() -> None:
     seen: list[bytes] = []
+    labels: list[str | None] = []
 
     async def messages(request: Request) -> Response:
         seen.append(await request.body())
+        labels.append(request.headers.get("content-type"))
         return JSONResponse({"type": "message", "role": "assistant", "content": [], "stop_reason": "end_turn"})
 
     app = Starlette(routes=[Route("/v1/chat/completions", messages, methods=["POST"])])
@@ -482,6 +484,7 @@ def test_with_a_native_wire_api_a_body_not_labelled_json_is_still_translated() -
         response = client.post("/v1/chat/completions", content=b'{"model":"c","messages":[]}', headers=form)
         refused = client.post("/v1/chat/completions", content=b"model=c", headers=form)
     assert json.loads(seen[0]) == {"model": "c", "messages": [], "max_tokens": 4096}
+    assert labels == ["application/json"]  # the handler gets the JSON numi_mw wrote, labelled as such
     assert response.json()["object"] == "chat.completion"
     assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_json")
     assert len(seen) == 1

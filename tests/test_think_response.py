@@ -494,3 +494,35 @@ def test_a_think_start_the_splitter_does_not_know_is_refused_at_load() -> None:
         "catalog.toml: models[0] (id \"Qwen/QwQ-32B\"): think_start: invalid enum value 'maybe'; "
         "use one of: content, reasoning, auto"
     )
+
+
+def test_a_late_closing_tag_in_the_chunk_that_carries_the_fields_ends_that_reasoning() -> None:
+    one = stream({"reasoning_content": "think", "content": " more</think>ans"})
+    two = stream({"reasoning_content": "think"}, {"content": " more</think>ans"})
+    for body in (one, two):
+        view = client_view(sse_chunks(every_split(body, ThinkTags())))
+        assert (view.reasoning, view.content) == ("think more", "ans")
+    message = buffered(" more</think>ans", reasoning_content="think")
+    assert (message["reasoning"], message["content"]) == ("think more", "ans")
+
+
+def test_harmony_tool_calls_and_the_upstreams_own_never_share_an_index() -> None:
+    body = stream(
+        {"content": '<|channel|>commentary to=functions.a<|message|>{"x":1}<|call|>'},
+        {"tool_calls": [{"index": 0, "id": "c2", "type": "function", "function": {"name": "b", "arguments": ""}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": '{"y":2}'}}]},
+        {"tool_calls": [{"index": 1, "id": "c3", "type": "function", "function": {"name": "c", "arguments": "{}"}}]},
+        finish="tool_calls",
+    )
+    calls: dict[int, dict[str, str]] = {}
+    for chunk_ in sse_chunks(every_split(body, ThinkTags())):
+        for choice in chunk_.get("choices", []):
+            for call in choice["delta"].get("tool_calls", []):
+                merged = calls.setdefault(call["index"], {"name": "", "arguments": ""})
+                merged["name"] += call.get("function", {}).get("name", "")
+                merged["arguments"] += call.get("function", {}).get("arguments", "")
+    assert calls == {
+        0: {"name": "a", "arguments": '{"x":1}'},
+        1: {"name": "b", "arguments": '{"y":2}'},
+        2: {"name": "c", "arguments": "{}"},
+    }

@@ -17,11 +17,12 @@ returns the chunks the client receives:
 - Signature-only fragments, encrypted and summary details pass through in order, with their opaque fields
   untouched. The finish chunk keeps its delta and gets no synthetic detail; text a think splitter still held
   goes out in a chunk of its own just before it. Usage passes through.
-- With a think splitter, a chunk that carries reasoning in its own fields and no content text tells the
-  splitter so (``ThinkSplitter.reasoning_in_fields``): content text before a closing tag that follows is the
-  end of that reasoning. A harmony tool call the splitter finds in ``content`` goes out as ``delta.tool_calls``
-  (an id ``call_<chunk id>_<n>``, the function's name, then its arguments as they stream), and the choice's
-  ``finish_reason`` ``stop`` becomes ``tool_calls``, as vLLM's harmony path sends them.
+- With a think splitter, a chunk that carries reasoning in its own fields tells the splitter so
+  (``ThinkSplitter.reasoning_in_fields``): content text before a closing tag that follows, in the same chunk or
+  later, is the end of that reasoning. A harmony tool call the splitter finds in ``content`` goes out as
+  ``delta.tool_calls`` (an id ``call_<chunk id>_<n>``, the function's name, then its arguments as they stream;
+  an index no upstream tool call of the choice has, ``_own_calls``), and the choice's ``finish_reason`` ``stop``
+  becomes ``tool_calls``, as vLLM's harmony path sends them.
 - With ``exclude``, no reasoning appears at all: the reasoning fields are removed, reasoning tags and their
   text are cut from ``content``, and chunks left with nothing are dropped.
 
@@ -64,11 +65,47 @@ class _Choice:
     splitter: ThinkSplitter | None = None
     finished: bool = False
     tool_calls: int = 0  # harmony tool calls the splitter found in this choice's content
+    call_index: int = -1  # the delta index of the last of them
+    indices: dict[Any, int] = field(default_factory=dict)  # the upstream's own tool call index -> the index sent
+    sent: set[int] = field(default_factory=set)  # every tool call index sent (the upstream's and harmony's)
 
 
 _HOLDING_KEYS: Final = frozenset(("content", "role", *REASONING_FIELDS))
 """Delta keys that never end what a think splitter holds back: content text (it is fed to the splitter), the role,
 and reasoning (it may be followed by its own tail in content)."""
+
+
+def _free_index(state: _Choice) -> int:
+    """A new ``tool_calls`` index for a choice, one past every index sent so far, marked as sent."""
+    sent = state.sent
+    index = max(sent) + 1 if sent else 0
+    sent.add(index)
+    return index
+
+
+def _own_calls(delta: dict[str, Any], calls: list[Any], state: _Choice) -> dict[str, Any]:
+    """``delta`` with the upstream's own ``tool_calls`` entries kept apart from the harmony tool calls found in
+    content: an upstream index keeps its number unless a harmony call took it, and then gets the next free one,
+    so that clients that merge tool calls by ``index`` never join two calls."""
+    indices = state.indices
+    changed = False
+    out: list[Any] = []
+    for call in calls:
+        if isinstance(call, dict) and "index" in call:
+            upstream = call["index"]
+            index = indices.get(upstream)
+            if index is None:
+                if type(upstream) is int and upstream not in state.sent:
+                    index = upstream
+                    state.sent.add(index)
+                else:
+                    index = _free_index(state)
+                indices[upstream] = index
+            if index != upstream:
+                call = {**call, "index": index}
+                changed = True
+        out.append(call)
+    return {**delta, "tool_calls": out} if changed else delta
 
 
 def _ends(key: str, value: Any) -> bool:
@@ -317,10 +354,12 @@ class ChunkNormalizer:
 
         pieces: list[Piece] = []
         if splitter is not None:
+            calls = delta.get("tool_calls")
+            if type(calls) is list and calls:
+                delta = _own_calls(delta, calls, state)
             own = plain_reasoning(delta) or _details_text(delta)
             if own:
-                if not split:
-                    splitter.reasoning_in_fields()  # a closing tag in later content ends this reasoning
+                splitter.reasoning_in_fields()  # a closing tag in the content after it ends this reasoning
                 if not self.exclude:
                     splitter.field_reasoning(own)  # it comes before the chunk's content: an echo of it is dropped
             if split:
@@ -375,14 +414,14 @@ class ChunkNormalizer:
         if kind == "content":
             return {"content": text}
         if kind == "tool_call":
-            index = state.tool_calls
+            index = state.call_index = _free_index(state)
             state.tool_calls += 1
             call = {"index": index, "id": tool_call_id(self._envelope, index), "type": "function"}
             return {"tool_calls": [{**call, "function": {"name": text, "arguments": ""}}]}
         if kind == "tool_arguments":
             if not state.tool_calls:
                 return {}
-            return {"tool_calls": [{"index": state.tool_calls - 1, "function": {"arguments": text}}]}
+            return {"tool_calls": [{"index": state.call_index, "function": {"arguments": text}}]}
         if self.exclude:
             return {}
         entry = self._emit(state, {"type": "reasoning.text", "text": text, "format": "unknown"})

@@ -41,8 +41,8 @@ Where a stream starts:
 
 From reasoning fields to tags (``reasoning_in_fields``): when a stream carries reasoning in its own fields
 (``reasoning_content``, ``reasoning``) and then switches to content, a server whose parser ends the reasoning
-late sends the end of the reasoning and its closing tag inside the content. So after a chunk with reasoning in
-its fields and no content text, the splitter holds the content text back, at most ``switch_chars``
+late sends the end of the reasoning and its closing tag inside the content. So after reasoning in a chunk's
+fields (its content text comes after them), the splitter holds the content text back, at most ``switch_chars``
 characters: a closing tag within them makes the held text reasoning (the end of the fields' reasoning), an
 opening tag or anything longer makes it content.
 
@@ -288,10 +288,11 @@ class ThinkSplitter:
         return _CONTENT
 
     def reasoning_in_fields(self) -> None:
-        """The stream has just carried reasoning in its own fields, with no content text beside it: from now on,
-        content text is held back (at most ``switch_chars`` characters) until a tag decides whether it is the
-        end of that reasoning (a closing tag) or content. Nothing changes inside a reasoning block, inside
-        harmony markup, or after content text was already held or read as reasoning."""
+        """The stream has just carried reasoning in its own fields (content text fed next, in the same chunk or
+        later, comes after it): from now on, content text is held back (at most ``switch_chars`` characters)
+        until a tag decides whether it is the end of that reasoning (a closing tag) or content. Nothing changes
+        inside a reasoning block, inside harmony markup, or after content text was already held or read as
+        reasoning."""
         if self._switch <= 0:
             return
         state = self._state

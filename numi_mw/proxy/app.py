@@ -267,6 +267,8 @@ class _Sidecar:
             headers.append((target, b"Bearer " + value if target == b"authorization" else value))
         if adapter is not None:
             headers = _native_headers(headers, adapter)
+        if options is not None and options.wire_api in WIRE_APIS:  # a translated body: the JSON numi_mw wrote
+            headers = with_length(headers, None, content_type=b"application/json")
         url = self.target_url(provider.base_url, path, request.scope.get("query_string", b""))
         request_out = self.client.build_request(method, url, headers=headers, content=content)
         return _Call(request_out, options, adjustments, isinstance(content, bytes))

@@ -32,6 +32,7 @@ from numi_mw.core.adapters.base import (
     content_parts,
     count_plain_reasoning,
     function_tool,
+    output_limit,
 )
 from numi_mw.core.controls import ReasoningControls
 from numi_mw.core.errors import ApiError, invalid_request, upstream_unavailable
@@ -68,9 +69,16 @@ PASSED: frozenset[str] = frozenset(
         "thinking",
         "temperature",
         "top_p",
+        "cache_control",
+        "stop_sequences",
+        "speed",
+        "diagnostics",
+        "user_profile_id",
+        "workspace_id",
     )
 )
-"""Request fields that mean the same on both wire APIs and pass as they are."""
+"""Request fields that mean the same on both wire APIs, or exist only on Anthropic's (its Messages API reference,
+``POST /v1/messages``), and pass as they are."""
 
 CONSUMED: frozenset[str] = frozenset(
     (
@@ -124,7 +132,8 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
     if system:
         body["system"] = system[0]["text"] if len(system) == 1 and set(system[0]) == {"type", "text"} else system
     body["messages"] = messages
-    body["max_tokens"] = _output_limit(data)
+    limit = output_limit(data)
+    body["max_tokens"] = DEFAULT_MAX_TOKENS if limit is None else limit
     stop = data.get("stop")
     if isinstance(stop, str):
         body["stop_sequences"] = [stop]
@@ -190,17 +199,6 @@ def _metadata(body: dict[str, Any], data: dict[str, Any], adjustments: list[str]
         adjustments.append("parameters-dropped=" + "+".join(dropped))
 
 
-def _output_limit(data: dict[str, Any]) -> Any:
-    """``max_tokens``: the pipeline has set it (``WireAdapter.default_max_tokens``); ``max_completion_tokens``
-    alone, or the smaller of the two, when the client sent both."""
-    limits = [data[key] for key in ("max_tokens", "max_completion_tokens") if data.get(key) is not None]
-    limits = [int(value) if isinstance(value, float) and value.is_integer() else value for value in limits]
-    if not limits:
-        return DEFAULT_MAX_TOKENS
-    numbers = [value for value in limits if isinstance(value, int) and not isinstance(value, bool)]
-    return min(numbers) if len(numbers) == len(limits) else limits[0]
-
-
 def _text(content: Any, path: str) -> list[dict[str, Any]]:
     """Chat content (a string or a list of parts) as Anthropic content blocks."""
     if content is None:
@@ -248,9 +246,9 @@ def _thinking_blocks(message: dict[str, Any], counts: dict[str, int]) -> list[di
     """The thinking blocks an assistant message's reasoning carries back (spec 004 "Preserve reasoning across
     turns"): signed ``reasoning.text`` → ``thinking``, ``reasoning.encrypted`` → ``redacted_thinking``, both
     only in Anthropic's format (or with none: on an Anthropic route unlabeled opaque state is taken for
-    Anthropic's). The rest is counted: text without a signature (an empty signature is none), and opaque state
-    of another provider (a signature or encrypted data in another format, summaries), which means nothing to
-    Anthropic."""
+    Anthropic's). The rest is counted: text without a signature (an empty signature is none; a summary in Anthropic's
+    format is such text), and opaque state of another provider (a signature or encrypted data in another format,
+    other providers' summaries), which means nothing to Anthropic."""
     details = message.get("reasoning_details")
     blocks: list[dict[str, Any]] = []
     if isinstance(details, list):
@@ -268,6 +266,9 @@ def _thinking_blocks(message: dict[str, Any], counts: dict[str, int]) -> list[di
                 blocks.append({"type": "redacted_thinking", "data": detail["data"]})
             elif kind == "reasoning.text" and not signed:
                 if detail.get("text"):
+                    counts["unsigned-reasoning-dropped"] += 1
+            elif kind == "reasoning.summary" and ours:  # Anthropic's own summarized text: text, never signed
+                if detail.get("summary"):
                     counts["unsigned-reasoning-dropped"] += 1
             else:
                 counts["foreign-reasoning-dropped"] += 1
@@ -597,9 +598,13 @@ def _text_detail(text: Any, signature: Any, index: int) -> dict[str, Any]:
     return detail
 
 
+def _arguments(tool_input: Any) -> str:
+    """A ``tool_use`` block's ``input`` as a chat tool call's ``arguments`` text (``"{}"`` when it has none)."""
+    return _encode(tool_input).decode() if tool_input is not None else "{}"
+
+
 def _call(block: dict[str, Any]) -> dict[str, Any]:
-    tool_input = block.get("input")
-    arguments = _encode(tool_input).decode() if tool_input is not None else "{}"
+    arguments = _arguments(block.get("input"))
     return {"id": block.get("id"), "type": "function", "function": {"name": block.get("name"), "arguments": arguments}}
 
 
@@ -619,7 +624,9 @@ class StreamTranslator(ChunkStream):
         super().__init__(answer)
         self._usage: dict[str, Any] = {}
         self._finish = "stop"
-        self._blocks: dict[Any, list[Any]] = {}  # index -> [kind, detail position or tool ordinal, streamed]
+        self._blocks: dict[
+            Any, list[Any]
+        ] = {}  # index -> [kind, detail position or tool ordinal, streamed, a tool's start input]
         self._details = 0
         self._calls = 0
 
@@ -687,7 +694,7 @@ class StreamTranslator(ChunkStream):
         if kind == "tool_use":
             ordinal = self._calls
             self._calls += 1
-            self._blocks[index] = ["tool", ordinal, False]
+            self._blocks[index] = ["tool", ordinal, False, block.get("input")]
             call = {
                 "index": ordinal,
                 "id": block.get("id"),
@@ -734,9 +741,12 @@ class StreamTranslator(ChunkStream):
 
     def _stop(self, index: Any) -> list[dict[str, Any]]:
         state = self._blocks.get(index)
-        if state is not None and state[0] == "tool" and not state[2]:  # no input streamed: an empty object
+        if state is not None and state[0] == "tool" and not state[2]:
+            # no input streamed: the input the block started with (Anthropic's own stream accumulator keeps it
+            # until an input_json_delta replaces it), else an empty object
             state[2] = True
-            return [self._chunk({"tool_calls": [{"index": state[1], "function": {"arguments": "{}"}}]})]
+            arguments = _arguments(state[3])
+            return [self._chunk({"tool_calls": [{"index": state[1], "function": {"arguments": arguments}}]})]
         return []
 
     def finish(self) -> list[dict[str, Any]]:

@@ -124,6 +124,19 @@ class WireAdapter:
 # --- pieces both translations use -----------------------------------------------------------------------------
 
 
+def output_limit(data: dict[str, Any]) -> Any:
+    """The output limit a native wire API gets for a chat body ``data``: ``max_tokens`` or
+    ``max_completion_tokens``, the smaller of the two when both are numbers, a whole-number float (``1e3``) as an
+    int; ``None`` when the client sent neither. (``request.check_output_limits`` has refused anything but a
+    positive whole number already.)"""
+    limits = [data[key] for key in ("max_tokens", "max_completion_tokens") if data.get(key) is not None]
+    limits = [int(value) if isinstance(value, float) and value.is_integer() else value for value in limits]
+    if not limits:
+        return None
+    numbers = [value for value in limits if isinstance(value, int) and not isinstance(value, bool)]
+    return min(numbers) if len(numbers) == len(limits) else limits[0]
+
+
 def call_function(call: Any, path: str) -> dict[str, Any]:
     """The ``function`` object of the chat tool call at ``path`` (``messages[2].tool_calls[0]``).
 

@@ -48,6 +48,7 @@ from numi_mw.core.adapters.base import (
     content_parts,
     count_plain_reasoning,
     function_tool,
+    output_limit,
 )
 from numi_mw.core.controls import ReasoningControls
 from numi_mw.core.errors import ApiError, invalid_request, upstream_unavailable
@@ -84,9 +85,18 @@ PASSED: frozenset[str] = frozenset(
         "prompt_cache_retention",
         "safety_identifier",
         "max_tool_calls",
+        "background",
+        "background_options",
+        "conversation",
+        "prompt",
+        "context_management",
+        "prompt_cache_options",
+        "moderation",
+        "access_programs",
     )
 )
-"""Request fields that mean the same on both wire APIs (or exist only on Responses) and pass as they are."""
+"""Request fields that mean the same on both wire APIs, or exist only on Responses (OpenAI's API reference,
+``POST /v1/responses``), and pass as they are."""
 
 CONSUMED: frozenset[str] = frozenset(
     (
@@ -158,7 +168,7 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
     if instructions is not None:
         body["instructions"] = instructions
     body["input"] = items
-    limit = _output_limit(data)
+    limit = output_limit(data)
     if limit is not None:
         body["max_output_tokens"] = limit
     stream = data.get("stream") is True
@@ -200,16 +210,6 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
         stream=stream,
         include_usage=include_usage,
     )
-
-
-def _output_limit(data: dict[str, Any]) -> Any:
-    """``max_output_tokens``: ``max_tokens`` or ``max_completion_tokens``, the smaller of the two when the client
-    sent both (``None`` when it sent neither)."""
-    limits = [data[key] for key in ("max_tokens", "max_completion_tokens") if data.get(key) is not None]
-    if not limits:
-        return None
-    numbers = [value for value in limits if isinstance(value, int) and not isinstance(value, bool)]
-    return min(numbers) if len(numbers) == len(limits) else limits[0]
 
 
 def _reasoning(obj: Any, controls: ReasoningControls, dropped: list[str]) -> dict[str, Any] | None:
