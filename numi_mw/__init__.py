@@ -1,8 +1,9 @@
 """numi_mw: makes LLM reasoning traffic correct across providers.
 
 Three forms share one pure core (``numi_mw.core``): ``ReasoningMiddleware`` (pure ASGI), the sidecar
-(``numi_mw.proxy.create_app``, ``numi-mw serve``) and the benchmark harness (``benchmarks/``). The names below are
-the public API; ``docs/`` describes each.
+(``numi_mw.proxy.create_app``, ``numi-mw serve``) and the httpx transports for apps that call providers
+themselves (``NormalizingTransport``, ``SyncNormalizingTransport``); the benchmark harness (``benchmarks/``)
+measures them. The names below are the public API; ``docs/`` describes each.
 """
 
 from numi_mw.core.catalog import Catalog, CatalogError, load_catalog
@@ -16,6 +17,7 @@ from numi_mw.core.routing import Route, fixed_route
 from numi_mw.core.think import ThinkTags
 from numi_mw.middleware import ReasoningMiddleware
 from numi_mw.proxy import create_app
+from numi_mw.transport import NormalizingTransport, SyncNormalizingTransport
 
 __all__ = [
     "ERROR_CODES",
@@ -24,6 +26,7 @@ __all__ = [
     "Catalog",
     "CatalogError",
     "JSONRewriter",
+    "NormalizingTransport",
     "PreparedRequest",
     "ProviderRules",
     "ReasoningControls",
@@ -31,6 +34,7 @@ __all__ = [
     "ResponseOptions",
     "Route",
     "SSERewriter",
+    "SyncNormalizingTransport",
     "ThinkTags",
     "choose_rewriter",
     "create_app",

@@ -1,4 +1,5 @@
-"""What the shells share on the ASGI side: reading a request body under a limit, header lists, the error response.
+"""What the shells share: reading an ASGI request body under a limit, header lists, the options check, the ASGI
+error response.
 
 No reasoning rules here; they are all in ``numi_mw.core``.
 """
@@ -11,6 +12,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import Receive, Send
 
+from numi_mw.core.catalog import Catalog
 from numi_mw.core.errors import ApiError, payload_too_large
 from numi_mw.core.providers import WIRE_API_NAMES
 from numi_mw.core.think import THINK_STARTS, ThinkTags
@@ -81,6 +83,12 @@ def with_length(
     return out
 
 
+def is_json(content_type: bytes | None) -> bool:
+    """Whether a request body with this ``content-type`` value (``None``: no such header) is read as JSON on a route
+    that is not translated: the value mentions ``json`` (any case), or there is none."""
+    return content_type is None or b"json" in content_type.lower()
+
+
 def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
     """The header names a ``Connection`` header lists (hop-by-hop too, RFC 9110 section 7.6.1), lower-cased."""
     names: set[bytes] = set()
@@ -134,17 +142,25 @@ def check_options(
     think_start: object,
     preserve_reasoning: object,
     wire_api: object = None,
+    catalog: object = None,
 ) -> None:
-    """Check the options both shells take, when they are given.
+    """Check the options the shells take, when they are given.
 
     Raises:
         ValueError: ``max_body_bytes`` is not a positive whole number (bytes); ``think_tags`` is not ``None``, a
             boolean or a ``ThinkTags``; ``think_start`` is not ``None`` (not set) or one of ``content``,
             ``reasoning``, ``auto``; ``preserve_reasoning`` is not a boolean; ``wire_api`` is not ``None`` (not
-            set) or one of ``openai-chat``, ``openai-responses``, ``anthropic-messages``.
+            set) or one of ``openai-chat``, ``openai-responses``, ``anthropic-messages``; ``catalog`` is not
+            ``None`` (not set) or a ``Catalog`` (``load_catalog``), or is given with a ``wire_api``, which a
+            catalog says per provider.
     """
     if wire_api is not None and wire_api not in WIRE_API_NAMES:
         raise ValueError(f"wire_api must be one of {', '.join(WIRE_API_NAMES)}, not {wire_api!r}")
+    if catalog is not None:
+        if not isinstance(catalog, Catalog):
+            raise ValueError(f"catalog must be a Catalog (numi_mw.load_catalog), not {catalog!r}")
+        if wire_api is not None:
+            raise ValueError("wire_api goes with an upstream; a catalog says it per provider")
     if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
         raise ValueError(f"max_body_bytes must be a positive whole number of bytes, not {max_body_bytes!r}")
     if think_tags is not None and not isinstance(think_tags, bool | ThinkTags):

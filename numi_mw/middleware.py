@@ -14,7 +14,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from numi_mw.asgi import adjustments_header, check_options, read_body, send_error, with_length
+from numi_mw.asgi import adjustments_header, check_options, is_json, read_body, send_error, with_length
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules, WireApi, provider_rules
@@ -141,7 +141,7 @@ def _scan_headers(scope: Scope) -> tuple[bool, bool, bytes | None]:
             accepts_encoding = True
         elif key == b"content-length":
             declared = value
-    return content_type is None or b"json" in content_type.lower(), accepts_encoding, declared
+    return is_json(content_type), accepts_encoding, declared
 
 
 class _Replay:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import uvicorn
@@ -131,20 +132,28 @@ class ReplayUpstream:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[ReplayUpstream]:
-        config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("replay upstream did not start within 10 s")
-            time.sleep(0.01)
-        try:
+        with serving(self.app(), self.port):
             yield self
-        finally:
-            server.should_exit = True
-            thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def serving(app: Any, port: int) -> Iterator[None]:
+    """Run the ASGI ``app`` with uvicorn on ``127.0.0.1:port`` in a thread while the block runs (start and stop
+    each bounded by 10 s)."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError(f"the server on port {port} did not start within 10 s")
+        time.sleep(0.01)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 @contextlib.contextmanager

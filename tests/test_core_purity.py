@@ -33,5 +33,12 @@ def test_core_imports_only_msgspec_and_pure_stdlib() -> None:
 def test_core_imports_no_shell_module() -> None:
     for path in sorted(CORE.rglob("*.py")):
         text = path.read_text()
-        for shell in ("numi_mw.proxy", "numi_mw.middleware", "numi_mw.cli", "numi_mw.asgi"):
+        for shell in (
+            "numi_mw.proxy",
+            "numi_mw.middleware",
+            "numi_mw.cli",
+            "numi_mw.asgi",
+            "numi_mw.transport",
+            "numi_mw.upstream",
+        ):
             assert shell not in text, f"{path.name} imports the shell {shell}"

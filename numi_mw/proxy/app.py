@@ -8,19 +8,16 @@ method and path, and upstream errors, are forwarded as is. Streams go back event
 buffered. ``docs/sidecar.md`` has the details.
 
 Each request takes three steps: build the upstream request (``_Sidecar.outgoing``), send it under the one
-mapping of httpx errors to API errors (``upstream_failure``), and answer (``_Sidecar.answer``).
+mapping of httpx errors to API errors (``numi_mw.upstream.upstream_failure``), and answer
+(``_Sidecar.answer``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
-import time
 from collections.abc import AsyncIterator
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any, Literal, NamedTuple
-from urllib.parse import unquote_to_bytes
+from typing import Any, NamedTuple
 
 import httpx
 from starlette.applications import Starlette
@@ -36,26 +33,27 @@ from numi_mw.asgi import (
     check_upstream,
     connection_tokens,
     read_body,
-    with_length,
     without_headers,
 )
 from numi_mw.core.adapters import WIRE_APIS, WireAdapter
 from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_listing
 from numi_mw.core.codec import encode
-from numi_mw.core.errors import ApiError, bad_path, model_not_found, upstream_timeout, upstream_unavailable
+from numi_mw.core.errors import ApiError, model_not_found
 from numi_mw.core.providers import WireApi, infer_provider, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
-from numi_mw.core.response import (
-    ResponseOptions,
-    StreamRewriter,
-    choose_rewriter,
-    response_options,
-    think_tags_for,
-)
+from numi_mw.core.response import ResponseOptions, StreamRewriter, choose_rewriter
 from numi_mw.core.routing import Route, fixed_route
 from numi_mw.core.think import ThinkStart, ThinkTags
-
-log = logging.getLogger("numi_mw.proxy")
+from numi_mw.upstream import (
+    DECODED,
+    answer_options,
+    api_keys,
+    relay,
+    target_url,
+    upstream_failure,
+    upstream_headers,
+    whole_answer,
+)
 
 DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 """Upstream timeouts in seconds: 10 to connect, 600 for each read (reasoning can take minutes to start)."""
@@ -69,41 +67,6 @@ _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
 _DROP_STREAMED = HOP_BY_HOP | {b"host", b"accept-encoding"}
 """What a body forwarded as it streams loses: its ``content-length`` stays (httpx then sends no chunked framing)."""
 _DROP_REWRITTEN = HOP_BY_HOP | {b"content-encoding", b"content-length"}
-DECODED = frozenset(("identity", "gzip", "deflate", "x-gzip", ""))
-"""Content encodings httpx decodes without optional packages; a response in another one is not rewritten."""
-
-Stage = Literal["send", "body", "stream"]
-
-_FAILURES: dict[Stage, tuple[str, str, str]] = {
-    "send": (
-        "The upstream did not answer in time; try again later.",
-        "The upstream could not be reached; try again later.",
-        "The upstream could not be reached; try again later.",
-    ),
-    "body": (
-        "The upstream did not finish its answer in time; try again.",
-        "The upstream response ended early or could not be decoded.",
-        "The upstream response ended early or could not be decoded.",
-    ),
-    "stream": (
-        "The upstream stopped sending the stream in time; the answer is incomplete.",
-        "The upstream stream could not be decoded; the answer is incomplete.",
-        "The upstream stream ended early; the answer is incomplete.",
-    ),
-}
-"""The message for an httpx error at each stage (sending the request, reading a buffered body, relaying a
-stream): for a timeout, a body that cannot be decoded, anything else."""
-
-
-def upstream_failure(exc: httpx.RequestError, stage: Stage) -> ApiError:
-    """The one mapping of an httpx error to the API error the client receives (``docs/errors.md``): 504
-    ``upstream_timeout`` for a timeout, else 502 ``upstream_unavailable``. Logged once, as a warning, by stage
-    and kind (never the body or the error's text, which can quote upstream bytes)."""
-    timeout, undecodable, other = _FAILURES[stage]
-    log.warning("upstream %s failed: %s", stage, type(exc).__name__)
-    if isinstance(exc, httpx.TimeoutException):
-        return upstream_timeout(timeout)
-    return upstream_unavailable(undecodable if isinstance(exc, httpx.DecodingError) else other)
 
 
 def _error_response(error: ApiError) -> Response:
@@ -160,25 +123,6 @@ class _Sidecar:
                 yield
             finally:
                 self.client = None
-
-    @staticmethod
-    def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
-        """The upstream URL for a sidecar request path, as sent (still percent-encoded): a leading ``/v1`` stands
-        for the base URL's path, and the rest is appended to it byte for byte; the base URL's own query comes
-        first, the request's after it.
-
-        Raises:
-            ApiError: 400 ``invalid_request`` for a path with a dot segment (``.``, ``..`` or their
-                percent-encoded forms), which could climb out of the base URL's path.
-        """
-        if any(unquote_to_bytes(segment) in (b".", b"..") for segment in raw_path.split(b"/")):
-            raise bad_path()
-        if raw_path == b"/v1" or raw_path.startswith(b"/v1/"):
-            raw_path = raw_path[3:]
-        base = httpx.URL(base_url)
-        path, _, base_query = base.raw_path.partition(b"?")  # a base URL may carry a query (api-version=...)
-        merged = b"&".join(part for part in (base_query, query) if part)
-        return base.copy_with(raw_path=path.rstrip(b"/") + raw_path + (b"?" + merged if merged else b""))
 
     def _listing(self, method: str, path: str) -> Response | None:
         """``GET …/models`` and ``GET …/models/{author}/{slug}/endpoints`` served from the catalog."""
@@ -243,9 +187,7 @@ class _Sidecar:
             if route.provider is not None:
                 provider = route.provider
             content = prepared.body
-            think = think_tags_for(route.rules, self.think_tags, self.think_start, route_start=route.think_start)
-            created = int(time.time()) if prepared.translation is not None else 0
-            options = response_options(prepared.translation, prepared.controls.exclude, think, created=created)
+            options = answer_options(prepared, self.think_tags, self.think_start)
             adjustments = prepared.adjustments
             adapter = WIRE_APIS.get(route.wire_api)
             if adapter is not None:
@@ -259,17 +201,9 @@ class _Sidecar:
         headers.append((b"accept-encoding", b"identity"))
         if adapter is None:
             adapter = WIRE_APIS.get(provider.wire_api)  # every path of a native upstream needs its headers
-        key = self.keys.get(provider.name)
-        if key is not None:  # a configured key replaces whatever key the client sent, in the wire API's header
-            target = adapter.api_key_header.encode() if adapter is not None else b"authorization"
-            headers = [(k, v) for k, v in headers if k.lower() not in (b"authorization", target)]
-            value = key.encode("latin-1")
-            headers.append((target, b"Bearer " + value if target == b"authorization" else value))
-        if adapter is not None:
-            headers = _native_headers(headers, adapter)
-        if options is not None and options.wire_api in WIRE_APIS:  # a translated body: the JSON numi_mw wrote
-            headers = with_length(headers, None, content_type=b"application/json")
-        url = self.target_url(provider.base_url, path, request.scope.get("query_string", b""))
+        translated = options is not None and options.wire_api in WIRE_APIS  # the body is the JSON numi_mw wrote
+        headers = upstream_headers(headers, adapter, self.keys.get(provider.name), translated=translated)
+        url = target_url(provider.base_url, path, request.scope.get("query_string", b""))
         request_out = self.client.build_request(method, url, headers=headers, content=content)
         return _Call(request_out, options, adjustments, isinstance(content, bytes))
 
@@ -298,21 +232,19 @@ class _Sidecar:
                 raise upstream_failure(exc, "body") from None
             finally:
                 await upstream.aclose()
-            body = rewriter.feed(body) + rewriter.finish()
-            status = rewriter.status if rewriter.status is not None else upstream.status_code
-            plain = Response(body, status_code=status)
-            media = rewriter.content_type if rewriter.changed else None
-            plain.raw_headers = (
-                with_length(upstream.headers.raw, len(body), _DROP_REWRITTEN, content_type=media) + extra
+            body, status, headers = whole_answer(
+                rewriter, body, upstream.status_code, upstream.headers.raw, _DROP_REWRITTEN
             )
+            plain = Response(body, status_code=status)
+            plain.raw_headers = headers + extra
             return plain
         response = StreamingResponse(
-            _relay(upstream, rewriter), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
+            relay(upstream, rewriter), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
         )
         if rewriter is None:
             response.raw_headers = without_headers(upstream.headers.raw, HOP_BY_HOP) + extra
         else:
-            response.raw_headers = with_length(upstream.headers.raw, None, _DROP_REWRITTEN) + extra
+            response.raw_headers = without_headers(upstream.headers.raw, _DROP_REWRITTEN) + extra
         return response
 
 
@@ -347,61 +279,8 @@ async def _send(client: httpx.AsyncClient, call: _Call) -> httpx.Response:
         raise upstream_failure(exc, "send") from None
 
 
-def _native_headers(headers: list[tuple[bytes, bytes]], adapter: WireAdapter) -> list[tuple[bytes, bytes]]:
-    """``headers`` for a translated wire API: a bearer key moved to the adapter's key header, and its fixed
-    headers, each unless the client sent it."""
-    names = {k.lower() for k, _ in headers}
-    target = adapter.api_key_header.encode()
-    if target != b"authorization" and target not in names:
-        for i, (key, value) in enumerate(headers):
-            if key.lower() == b"authorization" and value[:7].lower() == b"bearer ":
-                headers[i] = (target, value[7:].strip())
-                break
-    for header, text in adapter.headers:
-        if header.encode() not in names:
-            headers.append((header.encode(), text.encode()))
-    return headers
-
-
-async def _relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> AsyncIterator[bytes]:
-    """Yield the upstream body as it arrives, through ``rewriter`` when there is one; close the upstream response
-    on every path. A stream the upstream breaks off ends with ``rewriter.fail``'s error event.
-
-    A body relayed as it came, and an identity-encoded body, are read raw (httpx's decoding layer would only copy
-    it); a rewritten gzip or deflate body is decoded first."""
-    encoding = upstream.headers.get("content-encoding", "identity").strip().lower()
-    decode = rewriter is not None and encoding not in ("identity", "")
-    try:
-        async for chunk in upstream.aiter_bytes() if decode else upstream.aiter_raw():
-            if rewriter is None:
-                yield chunk
-                continue
-            out = rewriter.feed(chunk)
-            if out:
-                yield out
-        if rewriter is not None:
-            tail = rewriter.finish()
-            if tail:
-                yield tail
-    except httpx.RequestError as exc:
-        error = upstream_failure(exc, "stream")
-        if rewriter is not None:
-            yield rewriter.fail(error)
-    finally:
-        await upstream.aclose()
-
-
 def _json_response(data: Any) -> Response:
     return Response(encode(data), media_type="application/json")
-
-
-def api_keys(catalog: Catalog) -> dict[str, str]:
-    """The API key of each catalog provider whose ``api_key_env`` names a set environment variable."""
-    keys: dict[str, str] = {}
-    for provider in catalog.providers:
-        if provider.api_key_env and os.environ.get(provider.api_key_env):
-            keys[provider.name] = os.environ[provider.api_key_env]
-    return keys
 
 
 def create_app(
@@ -459,6 +338,7 @@ def create_app(
         think_start=think_start,
         preserve_reasoning=preserve_reasoning,
         wire_api=wire_api,
+        catalog=catalog,
     )
     if not isinstance(timeout, httpx.Timeout) and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
@@ -466,8 +346,6 @@ def create_app(
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
     if upstream is not None:
         check_upstream(upstream)
-    if wire_api is not None and catalog is not None:
-        raise ValueError("wire_api goes with an upstream; a catalog says it per provider")
     target: Route | Catalog
     if upstream is not None:
         name = provider_rules(provider if provider is not None else infer_provider(upstream)).name

@@ -1,0 +1,203 @@
+"""What the shells that send requests upstream themselves share: the sidecar (``numi_mw.proxy``) and the httpx
+transports (``numi_mw.transport``).
+
+The upstream URL of a configured provider, the headers its wire API and a configured key need, the one mapping of
+httpx errors to API errors, the response options of a prepared request, the client's answer for a buffered body,
+and relaying a stream through its rewriter. No reasoning rules here; they are all in ``numi_mw.core``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import Literal
+from urllib.parse import unquote_to_bytes
+
+import httpx
+
+from numi_mw.asgi import Headers, with_length
+from numi_mw.core.adapters import WireAdapter
+from numi_mw.core.catalog import Catalog
+from numi_mw.core.errors import ApiError, bad_path, upstream_timeout, upstream_unavailable
+from numi_mw.core.request import PreparedRequest
+from numi_mw.core.response import BodyRewriter, ResponseOptions, StreamRewriter, response_options, think_tags_for
+from numi_mw.core.think import ThinkStart, ThinkTags
+
+log = logging.getLogger("numi_mw.upstream")
+
+DECODED = frozenset(("identity", "gzip", "deflate", "x-gzip", ""))
+"""Content encodings httpx decodes without optional packages; a response in another one is not rewritten."""
+
+Stage = Literal["send", "body", "stream"]
+
+_FAILURES: dict[Stage, tuple[str, str, str]] = {
+    "send": (
+        "The upstream did not answer in time; try again later.",
+        "The upstream could not be reached; try again later.",
+        "The upstream could not be reached; try again later.",
+    ),
+    "body": (
+        "The upstream did not finish its answer in time; try again.",
+        "The upstream response ended early or could not be decoded.",
+        "The upstream response ended early or could not be decoded.",
+    ),
+    "stream": (
+        "The upstream stopped sending the stream in time; the answer is incomplete.",
+        "The upstream stream could not be decoded; the answer is incomplete.",
+        "The upstream stream ended early; the answer is incomplete.",
+    ),
+}
+"""The message for an httpx error at each stage (sending the request, reading a buffered body, relaying a
+stream): for a timeout, a body that cannot be decoded, anything else."""
+
+
+def upstream_failure(exc: httpx.RequestError, stage: Stage) -> ApiError:
+    """The one mapping of an httpx error to the API error the client receives (``docs/errors.md``): 504
+    ``upstream_timeout`` for a timeout, else 502 ``upstream_unavailable``. Logged once, as a warning, by stage
+    and kind (never the body or the error's text, which can quote upstream bytes)."""
+    timeout, undecodable, other = _FAILURES[stage]
+    log.warning("upstream %s failed: %s", stage, type(exc).__name__)
+    if isinstance(exc, httpx.TimeoutException):
+        return upstream_timeout(timeout)
+    return upstream_unavailable(undecodable if isinstance(exc, httpx.DecodingError) else other)
+
+
+def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
+    """The upstream URL for a request path, as sent (still percent-encoded): a leading ``/v1`` stands for the base
+    URL's path, and the rest is appended to it byte for byte; the base URL's own query comes first, the request's
+    after it.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` for a path with a dot segment (``.``, ``..`` or their percent-encoded
+            forms), which could climb out of the base URL's path.
+    """
+    if any(unquote_to_bytes(segment) in (b".", b"..") for segment in raw_path.split(b"/")):
+        raise bad_path()
+    if raw_path == b"/v1" or raw_path.startswith(b"/v1/"):
+        raw_path = raw_path[3:]
+    base = httpx.URL(base_url)
+    path, _, base_query = base.raw_path.partition(b"?")  # a base URL may carry a query (api-version=...)
+    merged = b"&".join(part for part in (base_query, query) if part)
+    return base.copy_with(raw_path=path.rstrip(b"/") + raw_path + (b"?" + merged if merged else b""))
+
+
+def upstream_headers(
+    headers: Headers, adapter: WireAdapter | None, key: str | None = None, *, translated: bool = False
+) -> Headers:
+    """``headers`` (a raw list, changed in place and returned) for an upstream whose wire API is ``adapter``'s
+    (``None``: chat completions). ``translated``: the body is the native JSON numi_mw wrote, labelled
+    ``content-type: application/json`` whatever the client's label was.
+
+    A configured ``key`` replaces whatever key the client sent, in the wire API's key header (``Authorization:
+    Bearer KEY``, or the bare key in ``x-api-key``). For a translated wire API, a client's ``Authorization: Bearer
+    KEY`` moves to the adapter's key header and its fixed headers (``anthropic-version``) are added, each unless
+    the client sent it (Anthropic's Messages API reference, "Authentication" and "Versions").
+    """
+    if key is not None:
+        target = adapter.api_key_header.encode() if adapter is not None else b"authorization"
+        headers = [(k, v) for k, v in headers if k.lower() not in (b"authorization", target)]
+        value = key.encode("latin-1")
+        headers.append((target, b"Bearer " + value if target == b"authorization" else value))
+    if translated:
+        headers = with_length(headers, None, content_type=b"application/json")
+    if adapter is None:
+        return headers
+    names = {k.lower() for k, _ in headers}
+    target = adapter.api_key_header.encode()
+    if target != b"authorization" and target not in names:
+        for i, (name, value) in enumerate(headers):
+            if name.lower() == b"authorization" and value[:7].lower() == b"bearer ":
+                headers[i] = (target, value[7:].strip())
+                break
+    for header, text in adapter.headers:
+        if header.encode() not in names:
+            headers.append((header.encode(), text.encode()))
+    return headers
+
+
+def api_keys(catalog: Catalog) -> dict[str, str]:
+    """The API key of each catalog provider whose ``api_key_env`` names a set environment variable."""
+    keys: dict[str, str] = {}
+    for provider in catalog.providers:
+        if provider.api_key_env and os.environ.get(provider.api_key_env):
+            keys[provider.name] = os.environ[provider.api_key_env]
+    return keys
+
+
+def answer_options(
+    prepared: PreparedRequest, think_tags: bool | ThinkTags | None, think_start: ThinkStart | None
+) -> ResponseOptions:
+    """What the response side does for ``prepared``'s answer: its ``exclude``, the think tags for its route
+    (``response.think_tags_for`` with the shell's ``think_tags`` and ``think_start`` and the route's own start),
+    and for a translated wire API what the translation needs, ``created`` now (seconds since the epoch)."""
+    route = prepared.route
+    think = think_tags_for(route.rules, think_tags, think_start, route_start=route.think_start)
+    created = int(time.time()) if prepared.translation is not None else 0
+    return response_options(prepared.translation, prepared.controls.exclude, think, created=created)
+
+
+def whole_answer(
+    rewriter: BodyRewriter, body: bytes, status: int, headers: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes]
+) -> tuple[bytes, int, Headers]:
+    """The client's answer for a whole upstream ``body`` (decoded bytes) through ``rewriter``: the bytes, the status
+    (the rewriter's when it sets one, else ``status``), and ``headers`` without the names in ``drop`` (lower
+    case), with the body's ``content-length`` and, when the rewriter changed the body, its ``content-type``."""
+    out = rewriter.feed(body) + rewriter.finish()
+    media = rewriter.content_type if rewriter.changed else None
+    status = rewriter.status if rewriter.status is not None else status
+    return out, status, with_length(headers, len(out), drop, content_type=media)
+
+
+def _decodes(upstream: httpx.Response, rewriter: StreamRewriter | None) -> bool:
+    """Whether a relayed body is read decoded: a body relayed as it came, and an identity-encoded body, are read raw
+    (httpx's decoding layer would only copy it); a rewritten gzip or deflate body is decoded first."""
+    encoding = upstream.headers.get("content-encoding", "identity").strip().lower()
+    return rewriter is not None and encoding not in ("identity", "")
+
+
+async def relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> AsyncIterator[bytes]:
+    """Yield the upstream body as it arrives, through ``rewriter`` when there is one; close the upstream response
+    on every path. A stream the upstream breaks off (an ``httpx.RequestError`` while reading) ends with
+    ``rewriter.fail``'s error event (``upstream_failure`` at stage ``stream``)."""
+    try:
+        async for chunk in upstream.aiter_bytes() if _decodes(upstream, rewriter) else upstream.aiter_raw():
+            if rewriter is None:
+                yield chunk
+                continue
+            out = rewriter.feed(chunk)
+            if out:
+                yield out
+        if rewriter is not None:
+            tail = rewriter.finish()
+            if tail:
+                yield tail
+    except httpx.RequestError as exc:
+        error = upstream_failure(exc, "stream")
+        if rewriter is not None:
+            yield rewriter.fail(error)
+    finally:
+        await upstream.aclose()
+
+
+def relay_sync(upstream: httpx.Response, rewriter: StreamRewriter | None) -> Iterator[bytes]:
+    """``relay`` for a synchronous upstream response: the same steps, each as ``relay`` takes it."""
+    try:
+        for chunk in upstream.iter_bytes() if _decodes(upstream, rewriter) else upstream.iter_raw():
+            if rewriter is None:
+                yield chunk
+                continue
+            out = rewriter.feed(chunk)
+            if out:
+                yield out
+        if rewriter is not None:
+            tail = rewriter.finish()
+            if tail:
+                yield tail
+    except httpx.RequestError as exc:
+        error = upstream_failure(exc, "stream")
+        if rewriter is not None:
+            yield rewriter.fail(error)
+    finally:
+        upstream.close()
