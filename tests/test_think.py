@@ -203,6 +203,10 @@ def reference(
             state, header = "header", tag if tag == "<|channel|>" else ""
     if state == "lead":
         put("content", lead)
+    elif state == "header" and len(header) > HARMONY_HEADER_CHARS:  # too long to be a header: it was content
+        for marker in H_MARKERS:
+            header = header.replace(marker, "")
+        put("content", header)
     elif state in ("block", "implicit"):
         reasoning = block.removeprefix("\n") if strip_nl else block
         if reasoning.strip(WS):
@@ -681,6 +685,9 @@ def test_a_long_text_after_a_harmony_marker_was_no_header() -> None:
     text = "<|start|>" + "x" * (HARMONY_HEADER_CHARS + 1) + "<|message|>y"
     assert run(text, lookahead_chars=0) == [("content", "x" * (HARMONY_HEADER_CHARS + 1) + "y")]
     assert run(text[:200], text[200:], lookahead_chars=0) == run(text, lookahead_chars=0)
+    # and at the end of the answer, with no marker after it
+    text = "<|start|>" + "x" * (HARMONY_HEADER_CHARS + 1)
+    assert run(text, lookahead_chars=0) == [("content", "x" * (HARMONY_HEADER_CHARS + 1))]
 
 
 def test_stray_harmony_markers_in_content_are_dropped_and_a_cut_header_is_markup() -> None:
