@@ -310,7 +310,20 @@ def server_error(code: str, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "api_error", "code": code, "param": None}}
 
 
-BROKEN = server_error("upstream_unavailable", "The upstream stream ended early; the answer is incomplete.")
+BROKEN = {
+    # the envelope of the recorded DeepSeek stream the tests break off, then OpenRouter's mid-stream error shape
+    "id": "33be18fc-3842-486c-8c29-dd8e578f7f20",
+    "object": "chat.completion.chunk",
+    "created": 1752169304,
+    "model": "deepseek-reasoner",
+    "error": {
+        "message": "The upstream stream ended early; the answer is incomplete.",
+        "type": "upstream_unavailable",
+        "code": 502,
+        "param": None,
+    },
+    "choices": [],
+}
 
 
 def test_a_stream_the_upstream_breaks_off_ends_with_an_error_event(
@@ -348,6 +361,28 @@ def test_the_openai_sdk_raises_on_a_broken_off_stream(upstream: ReplayUpstream, 
             received.append(chunk)
     assert len(received) == 5
     assert info.value.message == BROKEN["error"]["message"]
+    assert info.value.body == BROKEN["error"]
+    assert info.value.code == "502"  # openai-python reads error.code as a string
+
+
+def test_the_openai_sdk_stream_helper_raises_on_a_broken_off_stream(
+    upstream: ReplayUpstream, client: openai.OpenAI
+) -> None:
+    received = []
+    with (
+        pytest.raises(openai.APIError) as info,
+        client.chat.completions.stream(
+            model="m",
+            messages=[{"role": "user", "content": "Hi"}],
+            extra_headers={
+                "x-replay-fixture": "openai-chat/deepseek-reasoner-reasoning-content.sse",
+                "x-replay-break-after": "5",
+            },
+        ) as stream,
+    ):
+        for event in stream:
+            received.append(event)
+    assert [event.type for event in received if event.type == "chunk"] == ["chunk"] * 5
     assert info.value.body == BROKEN["error"]
 
 
@@ -492,8 +527,9 @@ def test_an_undecodable_upstream_body_is_a_clean_error(
         else:  # the status was sent before the body turned out undecodable: the stream ends with an error event
             assert response.status_code == 200
             assert response.content == (
-                b'data: {"error":{"message":"The upstream stream could not be decoded; the answer is incomplete.",'
-                b'"type":"api_error","code":"upstream_unavailable","param":null}}\n\n'
+                b'data: {"id":"","object":"chat.completion.chunk","created":0,"model":"","error":{"message":'
+                b'"The upstream stream could not be decoded; the answer is incomplete.","type":"upstream_unavailable",'
+                b'"code":502,"param":null},"choices":[]}\n\n'
             )
         follow_up = http.get(f"{openrouter_sidecar}/models")
         assert follow_up.status_code == 200
