@@ -22,6 +22,7 @@ import pytest
 from numi_mw.catalog_files import default_catalog
 from numi_mw.core.details import rebuild_reasoning_details
 from numi_mw.proxy import create_app
+from tests.client_shapes import litellm_assistant
 from tests.e2e_support import MODELS, ReplayUpstream, fixture_body, free_port, sidecar, split_events
 from tests.response_support import client_view, rewrite, rewrite_by_event, rewrite_json, sse_chunks
 
@@ -627,6 +628,65 @@ def test_a_single_upstream_gets_the_history_filtered_without_internal_metadata(
         assistant,
         {"role": "tool", "tool_call_id": "call_1", "content": "21C"},
     ]
+
+
+DEEPSEEK_TOOL_CALL = "openai-chat/deepseek-v4-flash-reasoning-content-tool-call.buffered.json"
+DEEPSEEK_AFTER_TOOL = "openai-chat/deepseek-v4-flash-reasoning-after-tool-result.buffered.json"
+
+
+def litellm_tool_loop(base_url: str, first: str, second: str) -> dict[str, Any]:
+    """A tool loop as LiteLLM runs it through the sidecar: the answer to the first turn (fixture ``first``) goes
+    back on the second turn (answered with fixture ``second``) as LiteLLM's ``Message``
+    (``client_shapes.litellm_assistant``). Returns the first answer's message."""
+    user = {"role": "user", "content": "Roll a die; I guess 4."}
+    with httpx.Client(timeout=10) as http:
+        first_response = http.post(
+            f"{base_url}/chat/completions", json={"model": "m", "messages": [user]}, headers={"x-replay-fixture": first}
+        )
+        answer: dict[str, Any] = first_response.json()["choices"][0]["message"]
+        assistant = litellm_assistant(answer)
+        assert set(assistant["provider_specific_fields"]) == {"reasoning", "reasoning_details"}
+        tools = [
+            {"role": "tool", "tool_call_id": call["id"], "content": "4"} for call in answer.get("tool_calls") or []
+        ]
+        second_response = http.post(
+            f"{base_url}/chat/completions",
+            json={"model": "m", "messages": [user, assistant, *tools]},
+            headers={"x-replay-fixture": second},
+        )
+    assert second_response.status_code == 200
+    return answer
+
+
+def test_litellms_tool_turn_reaches_deepseek_with_its_reasoning_once(
+    shared_dir: Path, upstream: ReplayUpstream, deepseek_sidecar: str
+) -> None:
+    litellm_tool_loop(deepseek_sidecar, DEEPSEEK_TOOL_CALL, DEEPSEEK_AFTER_TOOL)
+    recorded = json.loads((shared_dir / "fixtures" / DEEPSEEK_TOOL_CALL).read_text())["choices"][0]["message"]
+    # LiteLLM sent reasoning_content, provider_specific_fields.reasoning and .reasoning_details: DeepSeek gets
+    # its own reasoning_content once, as it answered it, and no key it does not know
+    assert last_body(upstream)["messages"][1] == {
+        "content": recorded["content"],
+        "role": "assistant",
+        "tool_calls": recorded["tool_calls"],
+        "reasoning_content": recorded["reasoning_content"],
+    }
+
+
+def test_litellms_signed_details_reach_openrouter_byte_for_byte(
+    shared_dir: Path, upstream: ReplayUpstream, openrouter_sidecar: str
+) -> None:
+    answer = litellm_tool_loop(openrouter_sidecar, BUFFERED[0], BUFFERED[0])
+    recorded = json.loads((shared_dir / "fixtures" / BUFFERED[0]).read_text())["choices"][0]["message"]
+    assert answer["reasoning_details"] == recorded["reasoning_details"]
+    assert last_body(upstream)["messages"][1] == {
+        "content": recorded["content"],
+        "role": "assistant",
+        "reasoning": recorded["reasoning"],
+        "reasoning_details": recorded["reasoning_details"],
+    }
+    signature = recorded["reasoning_details"][0]["signature"]
+    assert f'"signature":"{signature}"'.encode() in upstream.received[-1].body
 
 
 def test_no_preserve_reasoning_filters_as_spec_000_says_for_preservation_off(upstream: ReplayUpstream) -> None:
