@@ -689,6 +689,33 @@ def test_litellms_signed_details_reach_openrouter_byte_for_byte(
     assert f'"signature":"{signature}"'.encode() in upstream.received[-1].body
 
 
+def test_a_tool_turn_sent_back_as_details_alone_gives_deepseek_its_reasoning_content(
+    shared_dir: Path, upstream: ReplayUpstream, deepseek_sidecar: str
+) -> None:
+    user = {"role": "user", "content": "Roll a die; I guess 4."}
+    with httpx.Client(timeout=10) as http:
+        answer = http.post(
+            f"{deepseek_sidecar}/chat/completions",
+            json={"model": "m", "messages": [user]},
+            headers={"x-replay-fixture": DEEPSEEK_TOOL_CALL},
+        ).json()["choices"][0]["message"]
+        # a client that keeps only the details (spec 004 "From a buffered response": copy reasoning_details)
+        kept = {k: answer[k] for k in ("role", "content", "tool_calls", "reasoning_details")}
+        tool = {"role": "tool", "tool_call_id": answer["tool_calls"][0]["id"], "content": "4"}
+        http.post(
+            f"{deepseek_sidecar}/chat/completions",
+            json={"model": "m", "messages": [user, kept, tool]},
+            headers={"x-replay-fixture": DEEPSEEK_AFTER_TOOL},
+        )
+    recorded = json.loads((shared_dir / "fixtures" / DEEPSEEK_TOOL_CALL).read_text())["choices"][0]["message"]
+    assert last_body(upstream)["messages"][1] == {
+        "role": "assistant",
+        "content": recorded["content"],
+        "tool_calls": recorded["tool_calls"],
+        "reasoning_content": recorded["reasoning_content"],
+    }
+
+
 def test_no_preserve_reasoning_filters_as_spec_000_says_for_preservation_off(upstream: ReplayUpstream) -> None:
     with (
         sidecar(upstream.base_url, "--provider", "deepseek", "--no-preserve-reasoning", "--timeout", "2") as base,
