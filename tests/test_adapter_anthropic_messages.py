@@ -696,13 +696,19 @@ def test_usage_comes_in_its_own_chunk_only_when_asked_for() -> None:
 def test_an_error_event_and_a_stream_cut_before_message_stop_end_with_the_error_event() -> None:
     error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     chunks = chunks_of([START, error])
+    # the error chunk repeats the id, created time and model of the stream's chunks
     assert chunks[-1] == {
+        "id": "msg_1",
+        "object": "chat.completion.chunk",
+        "created": 7,
+        "model": "claude",
         "error": {
             "message": "The upstream reported an error: overloaded_error: Overloaded",
-            "type": "api_error",
-            "code": "upstream_unavailable",
+            "type": "upstream_unavailable",
+            "code": 502,
             "param": None,
-        }
+        },
+        "choices": [],
     }
     cut = chunks_of(
         [START, {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "Hi"}}]

@@ -443,7 +443,8 @@ def test_a_broken_off_stream_ends_with_held_text_then_the_error_event() -> None:
     # the splitter's held "<thi" goes out as the content it turned out to be; the half event is dropped
     assert rewriter.fail(error) == (
         b'data: {"choices":[{"index":0,"delta":{"content":"<thi"},"finish_reason":null}]}\n\n'
-        b'data: {"error":{"message":"gone","type":"api_error","code":"upstream_unavailable","param":null}}\n\n'
+        b'data: {"id":"","object":"chat.completion.chunk","created":0,"model":"","error":{"message":"gone",'
+        b'"type":"upstream_unavailable","code":502,"param":null},"choices":[]}\n\n'
     )
     assert JSONRewriter(ResponseOptions()).fail(error) == b""
     # a response that passes through has no rewriter, so nothing is ever added to it
@@ -457,8 +458,9 @@ _NORMALIZED = (
 )
 _NORMALIZED_NEXT = _NORMALIZED.replace(b',"format":"unknown"', b"")  # rule 1 extends: type, text, index
 _CUT_SHORT = (
-    b'data: {"error":{"message":"The stream ended inside an event; the answer is incomplete.",'
-    b'"type":"api_error","code":"upstream_unavailable","param":null}}\n\n'
+    b'data: {"id":"","object":"chat.completion.chunk","created":0,"model":"","error":{"message":'
+    b'"The stream ended inside an event; the answer is incomplete.","type":"upstream_unavailable","code":502,'
+    b'"param":null},"choices":[]}\n\n'
 )
 
 
@@ -496,7 +498,10 @@ def test_a_break_keeps_complete_events_and_adds_nothing_after_done() -> None:
     from numi_mw.core.response import ResponseOptions, SSERewriter
 
     error = upstream_unavailable("gone")
-    gone = b'data: {"error":{"message":"gone","type":"api_error","code":"upstream_unavailable","param":null}}\n\n'
+    gone = (
+        b'data: {"id":"","object":"chat.completion.chunk","created":0,"model":"","error":{"message":"gone",'
+        b'"type":"upstream_unavailable","code":502,"param":null},"choices":[]}\n\n'
+    )
     rewriter = SSERewriter(ResponseOptions())
     assert rewriter.feed(_EVENT + b"\r\r") == b""  # a last \r waits: a \n may follow
     assert rewriter.fail(error) == _NORMALIZED + gone  # the held event was complete

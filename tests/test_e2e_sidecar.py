@@ -22,6 +22,7 @@ import pytest
 from numi_mw.catalog_files import default_catalog
 from numi_mw.core.details import rebuild_reasoning_details
 from numi_mw.proxy import create_app
+from tests.client_shapes import litellm_assistant
 from tests.e2e_support import MODELS, ReplayUpstream, fixture_body, free_port, sidecar, split_events
 from tests.response_support import client_view, rewrite, rewrite_by_event, rewrite_json, sse_chunks
 
@@ -310,7 +311,20 @@ def server_error(code: str, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "api_error", "code": code, "param": None}}
 
 
-BROKEN = server_error("upstream_unavailable", "The upstream stream ended early; the answer is incomplete.")
+BROKEN = {
+    # the envelope of the recorded DeepSeek stream the tests break off, then OpenRouter's mid-stream error shape
+    "id": "33be18fc-3842-486c-8c29-dd8e578f7f20",
+    "object": "chat.completion.chunk",
+    "created": 1752169304,
+    "model": "deepseek-reasoner",
+    "error": {
+        "message": "The upstream stream ended early; the answer is incomplete.",
+        "type": "upstream_unavailable",
+        "code": 502,
+        "param": None,
+    },
+    "choices": [],
+}
 
 
 def test_a_stream_the_upstream_breaks_off_ends_with_an_error_event(
@@ -348,6 +362,28 @@ def test_the_openai_sdk_raises_on_a_broken_off_stream(upstream: ReplayUpstream, 
             received.append(chunk)
     assert len(received) == 5
     assert info.value.message == BROKEN["error"]["message"]
+    assert info.value.body == BROKEN["error"]
+    assert info.value.code == "502"  # openai-python reads error.code as a string
+
+
+def test_the_openai_sdk_stream_helper_raises_on_a_broken_off_stream(
+    upstream: ReplayUpstream, client: openai.OpenAI
+) -> None:
+    received = []
+    with (
+        pytest.raises(openai.APIError) as info,
+        client.chat.completions.stream(
+            model="m",
+            messages=[{"role": "user", "content": "Hi"}],
+            extra_headers={
+                "x-replay-fixture": "openai-chat/deepseek-reasoner-reasoning-content.sse",
+                "x-replay-break-after": "5",
+            },
+        ) as stream,
+    ):
+        for event in stream:
+            received.append(event)
+    assert [event.type for event in received if event.type == "chunk"] == ["chunk"] * 5
     assert info.value.body == BROKEN["error"]
 
 
@@ -492,8 +528,9 @@ def test_an_undecodable_upstream_body_is_a_clean_error(
         else:  # the status was sent before the body turned out undecodable: the stream ends with an error event
             assert response.status_code == 200
             assert response.content == (
-                b'data: {"error":{"message":"The upstream stream could not be decoded; the answer is incomplete.",'
-                b'"type":"api_error","code":"upstream_unavailable","param":null}}\n\n'
+                b'data: {"id":"","object":"chat.completion.chunk","created":0,"model":"","error":{"message":'
+                b'"The upstream stream could not be decoded; the answer is incomplete.","type":"upstream_unavailable",'
+                b'"code":502,"param":null},"choices":[]}\n\n'
             )
         follow_up = http.get(f"{openrouter_sidecar}/models")
         assert follow_up.status_code == 200
@@ -591,6 +628,92 @@ def test_a_single_upstream_gets_the_history_filtered_without_internal_metadata(
         assistant,
         {"role": "tool", "tool_call_id": "call_1", "content": "21C"},
     ]
+
+
+DEEPSEEK_TOOL_CALL = "openai-chat/deepseek-v4-flash-reasoning-content-tool-call.buffered.json"
+DEEPSEEK_AFTER_TOOL = "openai-chat/deepseek-v4-flash-reasoning-after-tool-result.buffered.json"
+
+
+def litellm_tool_loop(base_url: str, first: str, second: str) -> dict[str, Any]:
+    """A tool loop as LiteLLM runs it through the sidecar: the answer to the first turn (fixture ``first``) goes
+    back on the second turn (answered with fixture ``second``) as LiteLLM's ``Message``
+    (``client_shapes.litellm_assistant``). Returns the first answer's message."""
+    user = {"role": "user", "content": "Roll a die; I guess 4."}
+    with httpx.Client(timeout=10) as http:
+        first_response = http.post(
+            f"{base_url}/chat/completions", json={"model": "m", "messages": [user]}, headers={"x-replay-fixture": first}
+        )
+        answer: dict[str, Any] = first_response.json()["choices"][0]["message"]
+        assistant = litellm_assistant(answer)
+        assert set(assistant["provider_specific_fields"]) == {"reasoning", "reasoning_details"}
+        tools = [
+            {"role": "tool", "tool_call_id": call["id"], "content": "4"} for call in answer.get("tool_calls") or []
+        ]
+        second_response = http.post(
+            f"{base_url}/chat/completions",
+            json={"model": "m", "messages": [user, assistant, *tools]},
+            headers={"x-replay-fixture": second},
+        )
+    assert second_response.status_code == 200
+    return answer
+
+
+def test_litellms_tool_turn_reaches_deepseek_with_its_reasoning_once(
+    shared_dir: Path, upstream: ReplayUpstream, deepseek_sidecar: str
+) -> None:
+    litellm_tool_loop(deepseek_sidecar, DEEPSEEK_TOOL_CALL, DEEPSEEK_AFTER_TOOL)
+    recorded = json.loads((shared_dir / "fixtures" / DEEPSEEK_TOOL_CALL).read_text())["choices"][0]["message"]
+    # LiteLLM sent reasoning_content, provider_specific_fields.reasoning and .reasoning_details: DeepSeek gets
+    # its own reasoning_content once, as it answered it, and no key it does not know
+    assert last_body(upstream)["messages"][1] == {
+        "content": recorded["content"],
+        "role": "assistant",
+        "tool_calls": recorded["tool_calls"],
+        "reasoning_content": recorded["reasoning_content"],
+    }
+
+
+def test_litellms_signed_details_reach_openrouter_byte_for_byte(
+    shared_dir: Path, upstream: ReplayUpstream, openrouter_sidecar: str
+) -> None:
+    answer = litellm_tool_loop(openrouter_sidecar, BUFFERED[0], BUFFERED[0])
+    recorded = json.loads((shared_dir / "fixtures" / BUFFERED[0]).read_text())["choices"][0]["message"]
+    assert answer["reasoning_details"] == recorded["reasoning_details"]
+    assert last_body(upstream)["messages"][1] == {
+        "content": recorded["content"],
+        "role": "assistant",
+        "reasoning": recorded["reasoning"],
+        "reasoning_details": recorded["reasoning_details"],
+    }
+    signature = recorded["reasoning_details"][0]["signature"]
+    assert f'"signature":"{signature}"'.encode() in upstream.received[-1].body
+
+
+def test_a_tool_turn_sent_back_as_details_alone_gives_deepseek_its_reasoning_content(
+    shared_dir: Path, upstream: ReplayUpstream, deepseek_sidecar: str
+) -> None:
+    user = {"role": "user", "content": "Roll a die; I guess 4."}
+    with httpx.Client(timeout=10) as http:
+        answer = http.post(
+            f"{deepseek_sidecar}/chat/completions",
+            json={"model": "m", "messages": [user]},
+            headers={"x-replay-fixture": DEEPSEEK_TOOL_CALL},
+        ).json()["choices"][0]["message"]
+        # a client that keeps only the details (spec 004 "From a buffered response": copy reasoning_details)
+        kept = {k: answer[k] for k in ("role", "content", "tool_calls", "reasoning_details")}
+        tool = {"role": "tool", "tool_call_id": answer["tool_calls"][0]["id"], "content": "4"}
+        http.post(
+            f"{deepseek_sidecar}/chat/completions",
+            json={"model": "m", "messages": [user, kept, tool]},
+            headers={"x-replay-fixture": DEEPSEEK_AFTER_TOOL},
+        )
+    recorded = json.loads((shared_dir / "fixtures" / DEEPSEEK_TOOL_CALL).read_text())["choices"][0]["message"]
+    assert last_body(upstream)["messages"][1] == {
+        "role": "assistant",
+        "content": recorded["content"],
+        "tool_calls": recorded["tool_calls"],
+        "reasoning_content": recorded["reasoning_content"],
+    }
 
 
 def test_no_preserve_reasoning_filters_as_spec_000_says_for_preservation_off(upstream: ReplayUpstream) -> None:

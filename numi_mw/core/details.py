@@ -21,6 +21,7 @@ __all__ = [
     "DetailsRebuilder",
     "check_detail_limits",
     "rebuild_reasoning_details",
+    "thinking_text",
     "utf8_size_exceeds",
     "visible_text",
 ]
@@ -210,6 +211,17 @@ def visible_text(details: list[Any]) -> str:
         if isinstance(value, str):
             parts.append(value)
     return "".join(parts)
+
+
+def thinking_text(blocks: list[Any]) -> str:
+    """The displayable text of thinking blocks (``fields.THINKING_BLOCKS``): ``thinking`` of the ``thinking``
+    blocks, concatenated in order (Anthropic Messages API reference, "Extended thinking"). Redacted blocks show
+    nothing."""
+    return "".join(
+        block["thinking"]
+        for block in blocks
+        if isinstance(block, dict) and block.get("type") == "thinking" and isinstance(block.get("thinking"), str)
+    )
 
 
 FILLED_KEYS = ("signature", "id", "format", "index")

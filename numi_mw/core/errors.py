@@ -1,12 +1,14 @@
 """Errors as data: the one table of error codes, ``ApiError``, and a constructor per code.
 
 Every error numi_mw answers with is an ``ApiError`` made here, from a code of ``ERROR_CODES``, and rendered by
-every shell as the OpenAI-style error body ``{"error": {"message", "type", "code", "param"}}``. The situations
-each code covers are tabled in ``docs/errors.md``; a test checks that table against ``ERROR_CODES``.
+every shell as the OpenAI-style error body ``{"error": {"message", "type", "code", "param"}}``, or, once a stream
+has started, as the error chunk of ``ApiError.stream_chunk``. The situations each code covers are tabled in
+``docs/errors.md``; a test checks that table against ``ERROR_CODES``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 import msgspec
@@ -29,7 +31,8 @@ for 5xx, as OpenAI's API answers). An upstream's own error response is passed th
 
 
 class ApiError(Exception):
-    """A request numi_mw refuses, rendered by every shell as the OpenAI-style error body.
+    """A request numi_mw refuses, rendered by every shell as the OpenAI-style error body (``body``), or as the
+    chunk that ends a stream (``stream_chunk``).
 
     Made by the constructors of this module (``invalid_request``, ``payload_too_large``, ...), one per code.
 
@@ -56,6 +59,32 @@ class ApiError(Exception):
     def to_bytes(self) -> bytes:
         """The error body as JSON bytes (UTF-8)."""
         return _encoder.encode(self.body())
+
+    def stream_chunk(self, head: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The error as the chat completion chunk that ends a stream after its 200 was sent (``docs/errors.md``).
+
+        ``{"id", "object": "chat.completion.chunk", "created", "model", "error": {"message", "type", "code",
+        "param"}, "choices": []}``. As OpenRouter reports an error mid-stream (its API reference, "Errors" and
+        "Streaming"), ``error.code`` is the HTTP status, an integer; this error's code of ``ERROR_CODES`` moves to
+        ``error.type``, a string in every client. ``choices`` is empty, without OpenRouter's choice with
+        ``finish_reason: "error"``, which some clients take for an ordinary last chunk. ``docs/errors.md`` has
+        how each client reads it.
+
+        Args:
+            head: a chunk of the stream, whose ``id`` (string), ``created`` (integer seconds) and ``model``
+                (string) the error chunk repeats; a field missing or of another type, or no ``head`` (the stream
+                broke before its first chunk), gives ``""``, ``0`` and ``""``.
+        """
+        head = head or {}
+        chunk_id, created, model = head.get("id"), head.get("created"), head.get("model")
+        return {
+            "id": chunk_id if isinstance(chunk_id, str) else "",
+            "object": "chat.completion.chunk",
+            "created": created if isinstance(created, int) and not isinstance(created, bool) else 0,
+            "model": model if isinstance(model, str) else "",
+            "error": {"message": self.message, "type": self.code, "code": self.status, "param": self.param},
+            "choices": [],
+        }
 
     def __repr__(self) -> str:
         return f"ApiError({self.code!r}, {self.message!r}, param={self.param!r})"

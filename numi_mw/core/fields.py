@@ -6,6 +6,11 @@ Names (spec 004 "Request controls", "Other fields", "Response fields"):
   OpenRouter writes it, or ``reasoning_content``, as DeepSeek, Z.AI, vLLM and llama.cpp write it).
 - ``REASONING_FIELDS``: those and ``reasoning_details``: everything a message or delta carries of reasoning.
 - ``SHORTHANDS`` and ``CONTROL_FIELDS``: the request controls, the ``reasoning`` object and its shorthands.
+- ``THINKING_BLOCKS``: Anthropic's thinking blocks as LiteLLM writes them on a message (``{"type": "thinking",
+  "thinking", "signature"}``, ``{"type": "redacted_thinking", "data"}``): signed reasoning state, like details.
+- ``HELD_FIELD`` and ``HELD_REASONING_FIELDS``: ``provider_specific_fields``, where LiteLLM keeps the message
+  fields its ``Message`` does not declare (``litellm/types/utils.py``) and sends them back on the next turn, and
+  the reasoning fields that may be in it.
 
 A rewritten object keeps its key order, so that what numi_mw sends reads like what it received: ``splice``
 puts new keys where the old ones stood.
@@ -19,6 +24,9 @@ from typing import Any, Final
 PLAIN_FIELDS: Final = ("reasoning", "reasoning_content")
 REASONING_FIELDS: Final = (*PLAIN_FIELDS, "reasoning_details")
 SHORTHANDS: Final = ("reasoning_effort", "include_reasoning")
+THINKING_BLOCKS: Final = "thinking_blocks"
+HELD_FIELD: Final = "provider_specific_fields"
+HELD_REASONING_FIELDS: Final = (*REASONING_FIELDS, THINKING_BLOCKS)
 CONTROL_FIELDS: Final = ("reasoning", *SHORTHANDS)
 
 

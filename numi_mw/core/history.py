@@ -5,16 +5,17 @@ Both tables, with the rows numi_mw adds where the specs are silent, are in ``doc
 filter removes internal metadata and the reasoning fields the route cannot take (``prepare_messages``); the
 table then names the plain reasoning text for the provider (``normalize_messages``): ``reasoning`` for
 OpenRouter and PPQ, ``reasoning_content`` for the others. ``reasoning_details`` that stay are never touched:
-unknown types, unknown fields, empty fragments and order travel as sent.
+unknown types, unknown fields, empty fragments and order travel as sent. Reasoning a client keeps in
+``provider_specific_fields`` (LiteLLM) is read first as the message's own (``unheld``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from numi_mw.core.details import visible_text
+from numi_mw.core.details import thinking_text, visible_text
 from numi_mw.core.errors import ApiError, invalid_request
-from numi_mw.core.fields import PLAIN_FIELDS, rename
+from numi_mw.core.fields import HELD_FIELD, HELD_REASONING_FIELDS, PLAIN_FIELDS, THINKING_BLOCKS, rename, splice
 from numi_mw.core.providers import ReasoningField, Replay
 
 
@@ -83,6 +84,44 @@ def _not_an_object(i: int) -> ApiError:
     return invalid_request(f"messages[{i}] must be a message object.", f"messages[{i}]")
 
 
+_STRUCTURED = ("reasoning_details", THINKING_BLOCKS)
+"""The fields of signed or encrypted reasoning state on a message: spec 004's details, and thinking blocks."""
+
+
+def unheld(message: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``message`` without ``provider_specific_fields`` (``fields.HELD_FIELD``), whose reasoning an
+    assistant message carries at its top level instead (``docs/providers.md``, "Reasoning a client keeps
+    elsewhere").
+
+    A reasoning field in it (``reasoning``, ``reasoning_content``, ``reasoning_details``, ``thinking_blocks``)
+    stands where the key stood, unless the message has its own: the top level wins, so the reasoning is never
+    there twice. Plain text counts as one field in either spelling: a message with ``reasoning`` or
+    ``reasoning_content`` of its own takes neither from inside. A ``null`` field counts as absent. Values move as
+    they are (signatures and encrypted data untouched); what else is inside (LiteLLM keeps there every field of
+    an answer its ``Message`` does not declare) goes with the key, as does the key of any other message: no
+    chat completions API reads it in a request.
+    """
+    held = message.get(HELD_FIELD)
+    lifted: dict[str, Any] = {}
+    if isinstance(held, dict) and message.get("role") == "assistant":
+        has_text = any(message.get(key) is not None for key in PLAIN_FIELDS)
+        for key in HELD_REASONING_FIELDS:
+            value = held.get(key)
+            if value is None or message.get(key) is not None or (has_text and key in PLAIN_FIELDS):
+                continue
+            lifted[key] = value
+    out = dict(message)
+    splice(out, (HELD_FIELD,), lifted)
+    return out
+
+
+def _structured_text(message: dict[str, Any]) -> str:
+    """The visible text of a message's details, else of its thinking blocks."""
+    details, blocks = message.get("reasoning_details"), message.get(THINKING_BLOCKS)
+    text = visible_text(details) if isinstance(details, list) else ""
+    return text or (thinking_text(blocks) if isinstance(blocks, list) else "")
+
+
 def _keeps(replay: Replay, reasoning: bool, preserve: bool, message: dict[str, Any]) -> tuple[bool, bool]:
     """(keep plain reasoning text, keep reasoning_details) for one assistant message: spec 000's table."""
     if not reasoning or replay == "none":
@@ -101,9 +140,10 @@ def prepare_messages(
 ) -> list[dict[str, Any]]:
     """The message preparation filter of spec 000 ("The Message Preparation Filter"), for one route.
 
-    Makes a copy of each message it changes, removes internal metadata (keys starting with ``_``), and on
-    assistant messages removes the reasoning fields the route cannot take, by its row of the table
-    (``ProviderRules.replay``; the table itself is in ``docs/providers.md``):
+    Makes a copy of each message it changes, removes internal metadata (keys starting with ``_``), reads the
+    reasoning a message keeps in ``provider_specific_fields`` as its own (``unheld``), and on assistant messages
+    removes the reasoning fields the route cannot take, by its row of the table (``ProviderRules.replay``; the
+    table itself is in ``docs/providers.md``), where details stand for ``thinking_blocks`` too:
 
     - ``none`` (direct ``openai`` or ``inception``), or a model without reasoning support: text and details
       removed;
@@ -115,16 +155,18 @@ def prepare_messages(
     The reasoning text is either spelling (``reasoning_content`` or ``reasoning``); the reasoning /
     reasoning_content table (``normalize_messages``) then names it for the provider. Where the row keeps the text
     but removes the details and a message carries details without text (a client that sends back only
-    ``reasoning_details``), the details' visible text (``details.visible_text``) becomes its
-    ``reasoning_content``, so that the reasoning is not lost (numi_mw's choice; spec 000 is silent).
+    ``reasoning_details``), the details' visible text (``details.visible_text``; without any, that of its
+    thinking blocks, ``details.thinking_text``) becomes its ``reasoning_content``, so that the reasoning is not
+    lost (numi_mw's choice; spec 000 is silent).
 
     Args:
         messages: the request's messages (decoded JSON; never mutated).
         replay: the route's row of the table.
         reasoning: the model supports reasoning (catalog ``reasoning_mode`` is not ``none``).
         preserve: preservation is on (catalog ``preserve_reasoning``; on for a single upstream).
-        metadata: look for internal metadata; ``False`` when the caller knows that no key starts with ``_``
-            (``request.probe`` shows it), which saves a look at every key.
+        metadata: look for internal metadata and ``provider_specific_fields``; ``False`` when the caller knows
+            that every key is one chat completions defines (``request.probe`` shows it), which saves a look at
+            every key.
 
     Returns:
         ``messages`` itself when no message changes; else a new list in which the messages that change are new
@@ -136,9 +178,10 @@ def prepare_messages(
     if not isinstance(messages, list):
         raise _not_a_list()
     prepared: list[dict[str, Any]] | None = None
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
+    for i, sent in enumerate(messages):
+        if not isinstance(sent, dict):
             raise _not_an_object(i)
+        message = unheld(sent) if metadata and HELD_FIELD in sent else sent
         drop: list[str] = []
         text: str | None = None  # reasoning text made from details the route cannot take
         if metadata:
@@ -150,12 +193,13 @@ def prepare_messages(
             keep_plain, keep_details = _keeps(replay, reasoning, preserve, message)
             if not keep_plain:
                 drop.extend(key for key in PLAIN_FIELDS if key in message)
-            if not keep_details and "reasoning_details" in message:
-                drop.append("reasoning_details")
-                if keep_plain and not any(message.get(key) for key in PLAIN_FIELDS):
-                    details = message["reasoning_details"]
-                    text = visible_text(details) if isinstance(details, list) else None
-        if drop:
+            if not keep_details:
+                structured = [key for key in _STRUCTURED if key in message]
+                if structured:
+                    drop.extend(structured)
+                    if keep_plain and not any(message.get(key) for key in PLAIN_FIELDS):
+                        text = _structured_text(message)
+        if drop or message is not sent:
             if prepared is None:
                 prepared = messages[:i]
             copy = {k: v for k, v in message.items() if k not in drop}
@@ -163,5 +207,5 @@ def prepare_messages(
                 copy["reasoning_content"] = text
             prepared.append(copy)
         elif prepared is not None:
-            prepared.append(message)
+            prepared.append(sent)
     return messages if prepared is None else prepared

@@ -169,6 +169,32 @@ _decode = codec.decoder.decode
 _encode = codec.encoder.encode
 
 
+class _Head(msgspec.Struct, gc=False):
+    """A view of the fields of a stream's chunk that its error chunk repeats (``ApiError.stream_chunk``)."""
+
+    id: Any = None
+    created: Any = None
+    model: Any = None
+
+
+_read_head = msgspec.json.Decoder(_Head).decode
+
+
+def _head_of(data: bytes) -> dict[str, Any]:
+    """The ``id``, ``created`` and ``model`` of the JSON chunk ``data`` (a view that skips the rest), or ``{}`` when
+    ``data`` is not a JSON object."""
+    try:
+        head = _read_head(data)
+    except (msgspec.DecodeError, RecursionError):
+        return {}
+    return {"id": head.id, "created": head.created, "model": head.model}
+
+
+def _error_event(error: ApiError, head: dict[str, Any] | None) -> bytes:
+    """The SSE event that ends a stream with ``error``: its chunk (``ApiError.stream_chunk``) as one data line."""
+    return encode_event(codec.encode_lenient(error.stream_chunk(head)))
+
+
 def _cut_short(event: SSEEvent) -> bool:
     """Whether ``event``, left unfinished at the end of a stream, was cut short: it has data that is not
     ``[DONE]`` and does not decode as JSON, or it has no data and ends inside a line (``da``, ``: OPENROU``)."""
@@ -188,7 +214,7 @@ class SSERewriter:
     ``fail(error) -> bytes`` what to send when it breaks off. The body has no fixed length any more.
     """
 
-    __slots__ = ("_decoder", "_done", "_normalizer", "_prefilter", "options")
+    __slots__ = ("_decoder", "_done", "_head", "_normalizer", "_prefilter", "options")
 
     def __init__(self, options: ResponseOptions) -> None:
         self.options = options
@@ -196,6 +222,7 @@ class SSERewriter:
         self._normalizer = ChunkNormalizer(exclude=options.exclude, think=options.think)
         self._done = False
         self._prefilter = options.think is None  # with think splitting every chunk's content is read
+        self._head: dict[str, Any] | None = None  # the first chunk's id, created and model, for an error chunk
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the next bytes of the upstream body; return the bytes to send now."""
@@ -233,10 +260,10 @@ class SSERewriter:
         """The upstream body broke off (the shell's read failed); return the last bytes to send.
 
         The events the stream completed, text a think splitter still held, then one event whose data is
-        ``error``'s OpenAI-style body (``{"error": {...}}``), which is how OpenAI and OpenRouter report an error
-        after a stream started; the openai SDK raises ``APIError`` on it instead of ending as if the answer were
-        complete. The bytes of an unfinished event are dropped (they never made an event). After ``[DONE]`` the
-        answer was whole: nothing is added.
+        ``error``'s chunk (``ApiError.stream_chunk``, with the id, created time and model of the stream's first
+        chunk), which is how OpenRouter reports an error after a stream started; clients raise on it instead of
+        ending as if the answer were complete. The bytes of an unfinished event are dropped (they never made an
+        event). After ``[DONE]`` the answer was whole: nothing is added.
         """
         if self._done:
             return b""
@@ -249,7 +276,7 @@ class SSERewriter:
         return b"".join(out)
 
     def _break_off(self, error: ApiError) -> bytes:
-        return self._closing_chunks() + encode_event(error.to_bytes())
+        return self._closing_chunks() + _error_event(error, self._head)
 
     def _closing_chunks(self) -> bytes:
         self._done = True
@@ -270,6 +297,8 @@ class SSERewriter:
         """
         if data == b"[DONE]":
             return self._closing_chunks() + raw
+        if self._head is None:  # the first chunk: read once, for the error chunk of a break
+            self._head = _head_of(data)
         if self._prefilter and not may_hold_reasoning(data):
             return raw
         encode: Callable[[Any], bytes] = _encode
@@ -380,7 +409,7 @@ class NativeSSERewriter:
     instead (``docs/errors.md``).
     """
 
-    __slots__ = ("_decoder", "_done", "_normalizer", "_translator", "options")
+    __slots__ = ("_decoder", "_done", "_head", "_normalizer", "_translator", "options")
 
     def __init__(self, options: ResponseOptions, adapter: WireAdapter) -> None:
         self.options = options
@@ -388,6 +417,7 @@ class NativeSSERewriter:
         self._translator = adapter.stream(options.answer or Answer())
         self._normalizer = ChunkNormalizer(exclude=options.exclude, think=options.think)
         self._done = False
+        self._head: dict[str, Any] | None = None  # the first translated chunk, for an error chunk
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the next bytes of the upstream body; return the bytes to send now."""
@@ -450,6 +480,8 @@ class NativeSSERewriter:
         return b"".join(out)
 
     def _send(self, chunks: list[dict[str, Any]]) -> bytes:
+        if self._head is None and chunks:
+            self._head = chunks[0]
         out: list[bytes] = []
         normalize = self._normalizer.normalize
         for chunk in chunks:
@@ -469,7 +501,7 @@ class NativeSSERewriter:
         return self._closing_chunks() + b"data: [DONE]\n\n"
 
     def _break_off(self, error: ApiError) -> bytes:
-        return self._closing_chunks() + encode_event(error.to_bytes())
+        return self._closing_chunks() + _error_event(error, self._head)
 
 
 _UNREADABLE = upstream_unavailable("The upstream sent an event that is not JSON; the answer is incomplete.")

@@ -1,0 +1,108 @@
+"""The error a stream ends with when it breaks off, and the error body a refused request gets (``docs/errors.md``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from numi_mw.core.errors import (
+    CUT_SHORT,
+    ERROR_CODES,
+    ApiError,
+    invalid_request,
+    upstream_timeout,
+    upstream_unavailable,
+)
+from numi_mw.core.response import ResponseOptions, SSERewriter
+
+# the envelope of the recorded DeepSeek stream (openai-chat/deepseek-reasoner-reasoning-content.sse)
+DEEPSEEK_CHUNK = (
+    b'data: {"id":"33be18fc-3842-486c-8c29-dd8e578f7f20","object":"chat.completion.chunk","created":1752169304,'
+    b'"model":"deepseek-reasoner","system_fingerprint":"fp_393bca965e_prod0623_fp8_kvcache","choices":[{"index":0,'
+    b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+)
+EARLY = "The upstream stream ended early; the answer is incomplete."
+
+
+def broken_off(error: ApiError, *events: bytes) -> bytes:
+    """What the client receives after ``events`` when the upstream then breaks off with ``error``."""
+    rewriter = SSERewriter(ResponseOptions())
+    return b"".join(rewriter.feed(event) for event in events) + rewriter.fail(error)
+
+
+def test_a_broken_off_stream_ends_with_a_chunk_whose_error_code_is_the_http_status() -> None:
+    # OpenRouter's mid-stream error carries the HTTP status as a number in error.code (LiteLLM's openrouter route
+    # calls int() on it; OpenRouter's SDK, behind langchain-openrouter, validates it as an integer and needs the
+    # chunk's id, object, created, model and choices); numi_mw's own code moves to error.type
+    assert broken_off(upstream_unavailable(EARLY), DEEPSEEK_CHUNK) == DEEPSEEK_CHUNK + (
+        b'data: {"id":"33be18fc-3842-486c-8c29-dd8e578f7f20","object":"chat.completion.chunk","created":1752169304,'
+        b'"model":"deepseek-reasoner","error":{"message":"The upstream stream ended early; the answer is incomplete.",'
+        b'"type":"upstream_unavailable","code":502,"param":null},"choices":[]}'
+        b"\n\n"
+    )
+
+
+def test_a_read_timeout_mid_stream_carries_504() -> None:
+    message = "The upstream stopped sending the stream in time; the answer is incomplete."
+    sent = broken_off(upstream_timeout(message), DEEPSEEK_CHUNK)
+    assert json.loads(sent[len(DEEPSEEK_CHUNK) + len(b"data: ") :])["error"] == {
+        "message": message,
+        "type": "upstream_timeout",
+        "code": 504,
+        "param": None,
+    }
+
+
+def test_a_stream_that_breaks_before_its_first_chunk_gets_an_empty_envelope() -> None:
+    # nothing told numi_mw the id, time or model: the fields every client's schema requires are there, empty
+    assert broken_off(upstream_unavailable("The upstream stream could not be decoded; the answer is incomplete.")) == (
+        b'data: {"id":"","object":"chat.completion.chunk","created":0,"model":"","error":{"message":'
+        b'"The upstream stream could not be decoded; the answer is incomplete.","type":"upstream_unavailable","code":502,'
+        b'"param":null},"choices":[]}\n\n'
+    )
+
+
+def test_the_envelope_comes_from_the_first_chunk_and_keeps_only_fields_of_the_right_type() -> None:
+    first = b'data: {"id":7,"created":1.5,"model":"m","choices":[]}\n\n'
+    later = b'data: {"id":"later","created":9,"model":"other","choices":[]}\n\n'
+    sent = broken_off(CUT_SHORT, first, later)
+    error_chunk = json.loads(sent[len(first + later) + len(b"data: ") :])
+    assert (error_chunk["id"], error_chunk["created"], error_chunk["model"]) == ("", 0, "m")
+
+
+def test_a_stream_cut_inside_an_event_ends_with_the_same_error_chunk() -> None:
+    rewriter = SSERewriter(ResponseOptions())
+    sent = rewriter.feed(DEEPSEEK_CHUNK + b'data: {"id":"33be') + rewriter.finish()
+    assert sent == DEEPSEEK_CHUNK + (
+        b'data: {"id":"33be18fc-3842-486c-8c29-dd8e578f7f20","object":"chat.completion.chunk","created":1752169304,'
+        b'"model":"deepseek-reasoner","error":{"message":"The stream ended inside an event; the answer is incomplete.",'
+        b'"type":"upstream_unavailable","code":502,"param":null},"choices":[]}'
+        b"\n\n"
+    )
+
+
+@pytest.mark.parametrize("code", sorted(ERROR_CODES))
+def test_an_error_body_keeps_openais_string_code(code: str) -> None:
+    # the HTTP status carries the number; error.code stays the string OpenAI documents and its SDKs read
+    error = ApiError(code, "What was wrong.")
+    assert json.loads(error.to_bytes()) == {
+        "error": {"message": "What was wrong.", "type": ERROR_CODES[code][1], "code": code, "param": None}
+    }
+
+
+def test_the_error_chunk_of_a_refusal_names_its_param() -> None:
+    chunk = invalid_request("Bad.", "messages[1]").stream_chunk()
+    assert chunk == {
+        "id": "",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "",
+        "error": {
+            "message": "Bad.",
+            "type": "invalid_request",
+            "code": 400,
+            "param": "messages[1]",
+        },
+        "choices": [],
+    }
