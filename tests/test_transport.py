@@ -145,9 +145,10 @@ ANSWER_EVENTS = (
     b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Three."},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
 )
 STREAM_REQUEST = {"model": "deepseek-reasoner", "messages": [{"role": "user", "content": "Hi"}], "stream": True}
-BROKEN_EVENT = (
-    b'data: {"error":{"message":"The upstream stream ended early; the answer is incomplete.",'
-    b'"type":"api_error","code":"upstream_unavailable","param":null}}\n\n'
+BROKEN_EVENT = (  # the stream's id (no created or model in it), then OpenRouter's mid-stream error shape
+    b'data: {"id":"c1","object":"chat.completion.chunk","created":0,"model":"",'
+    b'"error":{"message":"The upstream stream ended early; the answer is incomplete.",'
+    b'"type":"upstream_unavailable","code":502,"param":null},"choices":[]}\n\n'
 )
 
 
