@@ -466,15 +466,17 @@ def history_checks(recording: Recording, exp: Expected, message: dict[str, Any])
         found["history: reasoning sent"] = None if details or not exp.details else "no reasoning_details"
         wrong = [k for k, text in texts.items() if text != exp.reasoning]
         found["history: reasoning as recorded"] = f"{wrong[0]} {short(texts[wrong[0]])}" if wrong else None
-        found["history: no duplicated reasoning"] = f"reasoning sent in {sorted(texts)}" if len(texts) > 1 else None
+        copies = [path for path in places(message, exp.reasoning) if not path.startswith("reasoning_details")]
+        found["history: no duplicated reasoning"] = f"reasoning sent in {copies}" if len(copies) > 1 else None
     else:  # the text in the provider's one history field, no other reasoning field
         got = message.get(field)
         found["history: reasoning sent"] = None if got or not exp.reasoning else f"no {field}"
         found["history: reasoning as recorded"] = (
             None if got is None or got == exp.reasoning else f"{field} {short(got)}, recorded {short(exp.reasoning)}"
         )
-        others = sorted(set(texts) - {field}) + (["reasoning_details"] if "reasoning_details" in message else [])
-        found["history: no duplicated reasoning"] = f"also sends {others}" if others else None
+        copies = [path for path in places(message, exp.reasoning) if path != field]
+        copies += [k for k in ("reasoning", "reasoning_content", "reasoning_details") if k != field and k in message]
+        found["history: no duplicated reasoning"] = f"also sends {sorted(set(copies))}" if copies else None
     want_details = exp.details if field is None else []
     opaque = [opaque_part(d) for d in details if d.get("signature") or d.get("data")]
     want_opaque = [opaque_part(d) for d in want_details if d.get("signature") or d.get("data")]
@@ -493,6 +495,15 @@ def history_checks(recording: Recording, exp: Expected, message: dict[str, Any])
     empty = [d for d in details if d.get("signature") == ""]
     found["history: no empty-signature detail"] = f'{len(empty)} detail(s) with signature ""' if empty else None
     return found
+
+
+def places(value: Any, text: str, path: str = "") -> list[str]:
+    """The paths inside a message where the string ``text`` is a whole value (how often the reasoning is sent)."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in places(v, text, f"{path}.{k}" if path else k)]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in places(v, text, f"{path}[{i}]")]
+    return [path] if text and value == text else []
 
 
 def opaque_part(detail: dict[str, Any]) -> tuple[Any, ...]:
