@@ -550,8 +550,8 @@ def skip_reason(client: Client) -> str | None:
         return "NUMI_MW_CLIENTS_PY is not set: build the client environments with .ci/build-client-envs"
     if client.runtime == "node" and not CLIENTS_NODE:
         return "NUMI_MW_CLIENTS_NODE is not set: build the client environments with .ci/build-client-envs"
-    if client.runtime == "transport" and not hasattr(numi_mw, "NormalizingTransport"):
-        return "numi_mw.NormalizingTransport is not in this version of numi_mw"
+    if client.runtime == "transport" and not hasattr(numi_mw, "SyncNormalizingTransport"):
+        return "numi_mw.NormalizingTransport (and its sync twin) is not in this version of numi_mw"
     return None
 
 

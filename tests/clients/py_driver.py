@@ -197,16 +197,14 @@ def openai_helper(job: Job) -> Shown:
 
 
 def openai_transport(job: Job) -> Shown:
-    """openai-python (as ``openai_raw``) with ``numi_mw.NormalizingTransport`` in its httpx client; direct rows run
-    without it. Needs numi_mw importable (the project's interpreter runs these rows)."""
+    """openai-python (as ``openai_raw``, a sync client) with numi_mw's httpx transport (``SyncNormalizingTransport``,
+    the sync twin of ``NormalizingTransport``) in its httpx client; direct rows run without it. Needs numi_mw
+    importable (the project's interpreter runs these rows)."""
     if not job["through"]:
         return openai_raw(job)
-    import httpx
-
     import numi_mw
 
-    transport = numi_mw.NormalizingTransport(httpx.HTTPTransport(), provider=job["provider"])  # type: ignore[attr-defined]
-    return openai_raw(job, transport)
+    return openai_raw(job, numi_mw.SyncNormalizingTransport(provider=job["provider"]))
 
 
 # LiteLLM ----------------------------------------------------------------------------------------------------
