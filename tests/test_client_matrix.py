@@ -173,6 +173,7 @@ class Client:
     errors: tuple[str, ...]
     modes: tuple[bool, ...] = (True, False)
     providers: tuple[str, ...] | None = None
+    error_messages: tuple[str, ...] = ()  # how the client words a provider's error event, when it raises a builtin
 
 
 OPENAI_ERRORS = ("openai.",)
@@ -188,6 +189,8 @@ CLIENTS = [
         "py",
         ("openrouter.", "langchain_core.", "langchain_openrouter."),
         providers=("openrouter",),
+        # langchain_openrouter/chat_models.py, ChatOpenRouter._stream: an error chunk raises this ValueError
+        error_messages=("OpenRouter API returned an error during streaming: ",),
     ),
     Client("langchain-deepseek", "py", ("openai.", "langchain_core."), providers=("deepseek",)),
     Client("pydantic-ai-openai", "py", ("pydantic_ai.", "openai.")),
@@ -384,7 +387,9 @@ class Matrix:
 def error_check(client: Client, result: dict[str, Any]) -> dict[str, str | None]:
     if result["ok"]:
         return {"client's own error": "the client returned an answer from a broken stream, raising nothing"}
-    own = any(name.startswith(client.errors) for name in result["error_mro"])
+    own = any(name.startswith(client.errors) for name in result["error_mro"]) or (
+        bool(client.error_messages) and result["error"].startswith(client.error_messages)
+    )
     reason = None if own else f"raised {result['error_type']}: {result['error'].splitlines()[0][:160]}"
     return {"client's own error": reason}
 
