@@ -149,8 +149,10 @@ def check_options(
     Raises:
         ValueError: ``max_body_bytes`` is not a positive whole number (bytes); ``think_tags`` is not ``None``, a
             boolean or a ``ThinkTags``; ``think_start`` is not ``None`` (not set) or one of ``content``,
-            ``reasoning``, ``auto``; ``preserve_reasoning`` is not a boolean; ``wire_api`` is not ``None`` (not
-            set) or one of ``openai-chat``, ``openai-responses``, ``anthropic-messages``; ``catalog`` is not
+            ``reasoning``, ``auto``, or is given with ``think_tags=False`` (as the command line's
+            ``--think-start`` with ``--no-think-tags``); ``preserve_reasoning`` is not a boolean; ``wire_api`` is
+            not ``None`` (not set) or one of ``openai-chat``, ``openai-responses``, ``anthropic-messages``;
+            ``catalog`` is not
             ``None`` (not set) or a ``Catalog`` (``load_catalog``), or is given with a ``wire_api``, which a
             catalog says per provider.
     """
@@ -167,6 +169,8 @@ def check_options(
         raise ValueError(f"think_tags must be None, true, false or a ThinkTags, not {think_tags!r}")
     if think_start is not None and think_start not in THINK_STARTS:
         raise ValueError(f"think_start must be one of {', '.join(THINK_STARTS)}, not {think_start!r}")
+    if think_start is not None and think_tags is False:
+        raise ValueError("think_start has no effect with think_tags=False")
     if not isinstance(preserve_reasoning, bool):
         raise ValueError(f"preserve_reasoning must be true or false, not {preserve_reasoning!r}")
 

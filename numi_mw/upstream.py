@@ -27,7 +27,7 @@ from numi_mw.core.think import ThinkStart, ThinkTags
 
 log = logging.getLogger("numi_mw.upstream")
 
-DECODED = frozenset(("identity", "gzip", "deflate", "x-gzip", ""))
+DECODED = frozenset(("identity", "gzip", "deflate", ""))
 """Content encodings httpx decodes without optional packages; a response in another one is not rewritten."""
 
 Stage = Literal["send", "body", "stream"]

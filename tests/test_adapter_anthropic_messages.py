@@ -940,3 +940,46 @@ def test_a_summary_in_anthropics_own_format_is_counted_as_unsigned_text() -> Non
         }
     )
     assert adjustments == ["unsigned-reasoning-dropped=1"]
+
+
+def test_system_and_stop_sequences_pass_unless_the_chat_form_wrote_them() -> None:
+    body, adjustments = native(
+        {"model": "m", "messages": [{"role": "user", "content": "Q"}], "system": "sys", "stop_sequences": ["END"]}
+    )
+    assert (body["system"], body["stop_sequences"], adjustments) == ("sys", ["END"], [])
+    body, adjustments = native(
+        {
+            "model": "m",
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q"}],
+            "system": "sys",
+            "stop": "STOP",
+            "stop_sequences": ["END"],
+        }
+    )
+    assert (body["system"], body["stop_sequences"]) == ("Be brief.", ["STOP"])
+    assert adjustments == ["parameters-dropped=stop_sequences+system"]
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["top level", "provider_specific_fields"])
+def test_litellms_thinking_blocks_go_back_as_thinking_blocks(held: bool) -> None:
+    blocks = [
+        {"type": "thinking", "thinking": "TB text", "signature": "SIG+/="},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy"},
+    ]
+    call = {"id": "call_1", "type": "function", "function": {"name": "w", "arguments": "{}"}}
+    assistant: dict[str, Any] = {"role": "assistant", "content": "", "tool_calls": [call]}
+    assistant.update({"provider_specific_fields": {"thinking_blocks": blocks}} if held else {"thinking_blocks": blocks})
+    body, adjustments = native(
+        {
+            "model": "claude-sonnet-4-5",
+            "reasoning_effort": "high",
+            "messages": [
+                {"role": "user", "content": "q"},
+                assistant,
+                {"role": "tool", "tool_call_id": "call_1", "content": "21C"},
+            ],
+        }
+    )
+    assert body["messages"][1]["content"] == [*blocks, {"type": "tool_use", "id": "call_1", "name": "w", "input": {}}]
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 16384}
+    assert adjustments == []

@@ -358,9 +358,10 @@ def test_chat_only_parameters_are_dropped_and_reported_sorted() -> None:
         "audio": None,
     }
     translation = run(data)
-    assert translation.body == {"model": "m", "input": [user()], "include": INCLUDE, "store": False}
+    # top_logprobs is a Responses field too (logprobs come back only when include asks for them)
+    assert translation.body == {"model": "m", "input": [user()], "top_logprobs": 2, "include": INCLUDE, "store": False}
     assert translation.adjustments == [
-        "parameters-dropped=frequency_penalty+logit_bias+logprobs+n+presence_penalty+seed+stop+top_logprobs"
+        "parameters-dropped=frequency_penalty+logit_bias+logprobs+n+presence_penalty+seed+stop"
     ]
     assert translation.include_usage is True  # stream_options is read, not dropped
 
@@ -1527,3 +1528,27 @@ def test_a_whole_number_float_output_limit_goes_as_an_integer() -> None:
     translation = run({"model": "m", "max_tokens": 1e3, "messages": []})
     assert translation.body["max_output_tokens"] == 1000
     assert type(translation.body["max_output_tokens"]) is int
+
+
+def test_instructions_and_max_output_tokens_pass_unless_the_chat_form_wrote_them() -> None:
+    native_only = run(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "q"}],
+            "instructions": "Be nice.",
+            "max_output_tokens": 100,
+        }
+    )
+    assert (native_only.body["instructions"], native_only.body["max_output_tokens"]) == ("Be nice.", 100)
+    assert native_only.adjustments == []
+    both = run(
+        {
+            "model": "m",
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "q"}],
+            "instructions": "Be nice.",
+            "max_tokens": 50,
+            "max_output_tokens": 100,
+        }
+    )
+    assert (both.body["instructions"], both.body["max_output_tokens"]) == ("Be brief.", 50)
+    assert both.adjustments == ["parameters-dropped=instructions+max_output_tokens"]

@@ -1,4 +1,4 @@
-"""The model catalog (issue 4 file format, spec 004 "Model capabilities", spec 000 "Reasoning Modes")."""
+"""The model catalog (its file format, spec 004 "Model capabilities", spec 000 "Reasoning Modes")."""
 
 from __future__ import annotations
 

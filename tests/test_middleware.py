@@ -404,6 +404,7 @@ def test_preserve_reasoning_false_filters_as_spec_000_says_for_preservation_off(
         ({"max_body_bytes": -5}, "max_body_bytes must be a positive whole number of bytes, not -5"),
         ({"max_body_bytes": True}, "max_body_bytes must be a positive whole number of bytes, not True"),
         ({"think_start": "sometimes"}, "think_start must be one of content, reasoning, auto, not 'sometimes'"),
+        ({"think_start": "auto", "think_tags": False}, "think_start has no effect with think_tags=False"),
     ],
 )
 def test_options_are_checked_when_given(options: dict[str, Any], message: str) -> None:

@@ -542,6 +542,7 @@ def test_through_a_catalog_a_call_goes_to_the_chosen_provider_with_its_key(
         ({"max_body_bytes": True}, "max_body_bytes must be a positive whole number of bytes, not True"),
         ({"think_tags": "no"}, "think_tags must be None, true, false or a ThinkTags, not 'no'"),
         ({"think_start": "sometimes"}, "think_start must be one of content, reasoning, auto, not 'sometimes'"),
+        ({"think_start": "auto", "think_tags": False}, "think_start has no effect with think_tags=False"),
         ({"preserve_reasoning": "no"}, "preserve_reasoning must be true or false, not 'no'"),
         ({"wire_api": "grpc"}, "wire_api must be one of openai-chat, openai-responses, anthropic-messages, not 'grpc'"),
         ({"catalog": "catalog.toml"}, "catalog must be a Catalog (numi_mw.load_catalog), not 'catalog.toml'"),
@@ -649,3 +650,16 @@ def test_the_openai_sdk_raises_on_a_stream_the_upstream_breaks_off(stub: Stub) -
                 received.append(chunk)
     assert len(received) == 1
     assert info.value.message == "The upstream stream ended early; the answer is incomplete."
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("encoding", [b"x-gzip", b"br"])
+def test_an_answer_in_an_encoding_httpx_does_not_decode_passes_untouched(
+    stub: Stub, mode: Mode, encoding: bytes
+) -> None:
+    packed = gzip.compress(TAGGED)  # whatever the bytes are, they are not read
+    stub.answer = Answer([packed], headers=[(b"content-encoding", encoding)])
+    status, headers, body = call(
+        mode, {"think_tags": ThinkTags()}, "POST", f"{stub.base_url}/chat/completions", json={}
+    )
+    assert (status, body, headers["content-encoding"]) == (200, packed, encoding.decode())

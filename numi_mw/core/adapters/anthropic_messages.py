@@ -36,6 +36,7 @@ from numi_mw.core.adapters.base import (
 )
 from numi_mw.core.controls import ReasoningControls
 from numi_mw.core.errors import ApiError, invalid_request, upstream_unavailable
+from numi_mw.core.fields import THINKING_BLOCKS
 
 FORMAT = "anthropic-claude-v1"
 """The ``format`` of Anthropic's reasoning details (as OpenRouter writes them)."""
@@ -70,7 +71,6 @@ PASSED: frozenset[str] = frozenset(
         "temperature",
         "top_p",
         "cache_control",
-        "stop_sequences",
         "speed",
         "diagnostics",
         "user_profile_id",
@@ -79,6 +79,10 @@ PASSED: frozenset[str] = frozenset(
 )
 """Request fields that mean the same on both wire APIs, or exist only on Anthropic's (its Messages API reference,
 ``POST /v1/messages``), and pass as they are."""
+
+WRITTEN: frozenset[str] = frozenset(("system", "stop_sequences"))
+"""Anthropic's own fields the translation writes from chat fields (system messages, ``stop``): a client's own
+passes when the translation wrote none, and is reported dropped when it did (the chat form wins)."""
 
 CONSUMED: frozenset[str] = frozenset(
     (
@@ -151,15 +155,18 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
         adjustments.append("tool-choice-dropped")
     _metadata(body, data, adjustments)
     output_format = _output_format(data.get("response_format"), adjustments)
+    written = {key for key in WRITTEN if key in body}
     for key, value in data.items():
-        if key in PASSED and value is not None:
+        if value is not None and (key in PASSED or (key in WRITTEN and key not in written)):
             body[key] = value
     if output_format is not None:
         body["output_config"] = {**(body.get("output_config") or {}), "format": output_format}
     if facts.adaptive:
         _adaptive(body, controls)
     _thinking_rules(body, adjustments)
-    dropped = sorted(key for key in data if key not in PASSED and key not in CONSUMED)
+    dropped = sorted(
+        key for key in data if key not in PASSED and key not in CONSUMED and (key not in WRITTEN or key in written)
+    )
     if dropped:
         adjustments.append("parameters-dropped=" + "+".join(dropped))
     for name, count in counts.items():
@@ -246,9 +253,11 @@ def _thinking_blocks(message: dict[str, Any], counts: dict[str, int]) -> list[di
     """The thinking blocks an assistant message's reasoning carries back (spec 004 "Preserve reasoning across
     turns"): signed ``reasoning.text`` → ``thinking``, ``reasoning.encrypted`` → ``redacted_thinking``, both
     only in Anthropic's format (or with none: on an Anthropic route unlabeled opaque state is taken for
-    Anthropic's). The rest is counted: text without a signature (an empty signature is none; a summary in Anthropic's
-    format is such text), and opaque state of another provider (a signature or encrypted data in another format,
-    other providers' summaries), which means nothing to Anthropic."""
+    Anthropic's). When the details give none, LiteLLM's ``thinking_blocks`` on the message (Anthropic's blocks
+    as they came) are taken, the signed and redacted ones as they are. The rest is counted: text without a
+    signature (an empty signature is none; a summary in Anthropic's format is such text), and opaque state of
+    another provider (a signature or encrypted data in another format, other providers' summaries), which means
+    nothing to Anthropic."""
     details = message.get("reasoning_details")
     blocks: list[dict[str, Any]] = []
     if isinstance(details, list):
@@ -272,6 +281,22 @@ def _thinking_blocks(message: dict[str, Any], counts: dict[str, int]) -> list[di
                     counts["unsigned-reasoning-dropped"] += 1
             else:
                 counts["foreign-reasoning-dropped"] += 1
+    held = message.get(THINKING_BLOCKS)
+    if not blocks and isinstance(held, list):  # LiteLLM's own form of the same blocks, when no detail gave them
+        for block in held:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "thinking" and isinstance(block.get("signature"), str) and block["signature"] != "":
+                blocks.append(
+                    {"type": "thinking", "thinking": block.get("thinking") or "", "signature": block["signature"]}
+                )
+            elif kind == "redacted_thinking" and isinstance(block.get("data"), str):
+                blocks.append({"type": "redacted_thinking", "data": block["data"]})
+            elif kind == "thinking" and block.get("thinking"):
+                counts["unsigned-reasoning-dropped"] += 1
+            else:
+                counts["foreign-reasoning-dropped"] += 1
+        if blocks:
+            return blocks
     if not isinstance(details, list) or not details:  # the plain text beside details is the same reasoning
         count_plain_reasoning(message, counts)
     return blocks

@@ -85,6 +85,7 @@ PASSED: frozenset[str] = frozenset(
         "prompt_cache_retention",
         "safety_identifier",
         "max_tool_calls",
+        "top_logprobs",
         "background",
         "background_options",
         "conversation",
@@ -97,6 +98,10 @@ PASSED: frozenset[str] = frozenset(
 )
 """Request fields that mean the same on both wire APIs, or exist only on Responses (OpenAI's API reference,
 ``POST /v1/responses``), and pass as they are."""
+
+WRITTEN: frozenset[str] = frozenset(("instructions", "max_output_tokens"))
+"""Responses' own fields the translation writes from chat fields (system and developer messages, ``max_tokens``):
+a client's own passes when the translation wrote none, and is reported dropped when it did (the chat form wins)."""
 
 CONSUMED: frozenset[str] = frozenset(
     (
@@ -162,7 +167,11 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
             is not an object, content of the wrong type, a tool call without a function), naming its path.
     """
     counts = {"unsigned-reasoning-dropped": 0, "foreign-reasoning-dropped": 0, "duplicate-reasoning-dropped": 0}
-    dropped = [key for key, value in data.items() if key not in PASSED and key not in CONSUMED and value is not None]
+    dropped = [
+        key
+        for key, value in data.items()
+        if key not in PASSED and key not in CONSUMED and key not in WRITTEN and value is not None
+    ]
     instructions, items = _input(data.get("messages"), counts)
     body: dict[str, Any] = {"model": data.get("model")}
     if instructions is not None:
@@ -184,8 +193,15 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
     if tool_choice is not None:
         body["tool_choice"] = tool_choice
     for key, value in data.items():
-        if key in PASSED and value is not None:
+        if value is None:
+            continue
+        if key in PASSED:
             body[key] = value
+        elif key in WRITTEN:
+            if key in body:
+                dropped.append(key)
+            else:
+                body[key] = value
     _text(body, data)
     reasoning = _reasoning(data.get("reasoning"), controls, dropped)
     if reasoning is not None:
