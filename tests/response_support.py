@@ -46,6 +46,11 @@ def sse_chunks(body: bytes) -> list[dict[str, Any]]:
     return chunks
 
 
+def data_events(body: bytes) -> list[bytes]:
+    """The events of an SSE body that are one ``data:`` line and its blank line, as bytes, in order."""
+    return [event for event in split_events(body) if event.startswith(b"data: ")]
+
+
 def frame_jsonl(raw: bytes) -> bytes:
     """``.jsonl`` fixture lines (SSE framing removed by their source) framed as an SSE stream."""
     return b"".join(b"data: " + line + b"\n\n" for line in raw.splitlines() if line.strip()) + b"data: [DONE]\n\n"

@@ -32,6 +32,15 @@ def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dic
     return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
 
 
+CLOSE_CHUNKS = [
+    chunk({"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
+    chunk({"reasoning": None, "reasoning_details": []}),
+]
+"""What the end of a stream adds after plain reasoning that nothing closed (choice 0, no other envelope field): the
+detail's format as its last entry, then the end of the reasoning (``docs/streaming.md``)."""
+CLOSE = b"".join(data(c) for c in CLOSE_CHUNKS)
+
+
 SPEC_STREAM = (
     event(
         '{"role":"assistant","reasoning":"Spell it out: ","reasoning_details":[{"type":"reasoning.text","text":"Spell it out: "}]}'
@@ -44,7 +53,7 @@ SPEC_STREAM = (
 )
 
 
-def test_spec_example_gets_indices_and_nothing_else() -> None:
+def test_spec_example_gets_indices_and_the_end_of_its_reasoning() -> None:
     out = rewrite(SPEC_STREAM + b"data: [DONE]\n\n")
     assert out == (
         event(
@@ -53,6 +62,9 @@ def test_spec_example_gets_indices_and_nothing_else() -> None:
         + event(
             '{"reasoning":"s, t, r, a, w, b, e, r, r, y.","reasoning_details":[{"type":"reasoning.text","text":"s, t, r, a, w, b, e, r, r, y.","index":0}]}'
         )
+        # before the first chunk that shows the answer, the end of the reasoning for clients that keep the last
+        # delta's value of a field; the answer's chunk leaves as it came
+        + event('{"reasoning":null,"reasoning_details":[]}')
         + event('{"content":"Three."}')
         + event("{}", '"stop"')
         + b"data: [DONE]\n\n"
@@ -84,7 +96,7 @@ def test_reasoning_content_becomes_reasoning_plus_one_detail() -> None:
                 "role": "assistant",
                 "content": None,
                 "reasoning": "Hm",
-                "reasoning_details": [{"type": "reasoning.text", "text": "Hm", "format": "unknown", "index": 0}],
+                "reasoning_details": [{"type": "reasoning.text", "text": "Hm", "index": 0}],
             }
         ),
         chunk(
@@ -94,6 +106,9 @@ def test_reasoning_content_becomes_reasoning_plus_one_detail() -> None:
                 "reasoning_details": [{"type": "reasoning.text", "text": "m.", "index": 0}],
             }
         ),
+        # the end of the stream: the detail's format as its last entry, then the end of the reasoning
+        chunk({"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
+        chunk({"reasoning": None, "reasoning_details": []}),
     ]
 
 
@@ -146,27 +161,27 @@ def test_non_growing_fields_once_per_detail_and_signature_completes_the_text() -
     )
     chunks = sse_chunks(rewrite(body))
     assert [c["choices"][0]["delta"] for c in chunks] == [
-        {
-            "reasoning": "A",
-            "reasoning_details": [{"type": "reasoning.text", "text": "A", "format": "anthropic-claude-v1", "index": 0}],
-        },
+        {"reasoning": "A", "reasoning_details": [{"type": "reasoning.text", "text": "A", "index": 0}]},
         {"reasoning": "B", "reasoning_details": [{"type": "reasoning.text", "text": "B", "index": 0}]},
         {
             "reasoning_details": [
+                # the text detail's format, held for its last entry, goes before the next detail starts
+                {"type": "reasoning.text", "format": "anthropic-claude-v1", "index": 0},
                 {
                     "type": "reasoning.encrypted",
                     "data": "ENC==",
                     "id": "rs_1",
                     "format": "openai-responses-v1",
                     "index": 1,
-                }
+                },
             ]
         },
         {"reasoning_details": [{"type": "reasoning.text", "signature": "SIG_A", "index": 0}]},
+        {"reasoning": None, "reasoning_details": []},
     ]
     view = client_view(chunks)
     expected = [
-        {"type": "reasoning.text", "text": "AB", "format": "anthropic-claude-v1", "index": 0, "signature": "SIG_A"},
+        {"type": "reasoning.text", "text": "AB", "index": 0, "format": "anthropic-claude-v1", "signature": "SIG_A"},
         {"type": "reasoning.encrypted", "data": "ENC==", "id": "rs_1", "format": "openai-responses-v1", "index": 1},
     ]
     assert rebuild_reasoning_details(view.entries) == expected
@@ -217,7 +232,7 @@ def test_think_tags_split_and_held_text_goes_out_before_the_finish_chunk() -> No
             "delta": {
                 "role": "assistant",
                 "reasoning": "ab",
-                "reasoning_details": [{"type": "reasoning.text", "text": "ab", "format": "unknown", "index": 0}],
+                "reasoning_details": [{"type": "reasoning.text", "text": "ab", "index": 0}],
             },
             "finish_reason": None,
         },
@@ -229,7 +244,13 @@ def test_think_tags_split_and_held_text_goes_out_before_the_finish_chunk() -> No
             },
             "finish_reason": None,
         },
-        {"index": 0, "delta": {}, "finish_reason": "stop"},
+        {
+            "index": 0,
+            "delta": {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]},
+            "finish_reason": None,
+        },
+        {"index": 0, "delta": {"reasoning": None, "reasoning_details": []}, "finish_reason": None},
+        {"index": 0, "delta": {}, "finish_reason": "stop"},  # the finish chunk keeps its empty delta
     ]
 
 
@@ -237,10 +258,9 @@ def test_think_tags_reasoning_and_content_in_one_chunk_go_out_in_order() -> None
     body = data(chunk({"content": "<think>x</think>Answer"}))
     chunks = sse_chunks(rewrite(body, think=ThinkTags()))
     assert [c["choices"][0]["delta"] for c in chunks] == [
-        {
-            "reasoning": "x",
-            "reasoning_details": [{"type": "reasoning.text", "text": "x", "format": "unknown", "index": 0}],
-        },
+        {"reasoning": "x", "reasoning_details": [{"type": "reasoning.text", "text": "x", "index": 0}]},
+        {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]},
+        {"reasoning": None, "reasoning_details": []},
         {"content": "Answer"},
     ]
 
@@ -269,12 +289,19 @@ def test_several_choices_keep_their_own_state() -> None:
     chunks = sse_chunks(rewrite(body))
     assert chunks[0]["choices"][1]["delta"] == {
         "reasoning": "b",
-        "reasoning_details": [{"type": "reasoning.text", "text": "b", "format": "unknown", "index": 0}],
+        "reasoning_details": [{"type": "reasoning.text", "text": "b", "index": 0}],
     }
     assert chunks[1]["choices"][0]["delta"] == {
         "reasoning": "c",
         "reasoning_details": [{"type": "reasoning.text", "text": "c", "index": 0}],
     }
+    # the end of the stream closes each choice's reasoning
+    assert [(c["choices"][0]["index"], c["choices"][0]["delta"]) for c in chunks[2:]] == [
+        (0, {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
+        (0, {"reasoning": None, "reasoning_details": []}),
+        (1, {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
+        (1, {"reasoning": None, "reasoning_details": []}),
+    ]
 
 
 THINK_STREAM = (
@@ -365,6 +392,11 @@ _DELTA = st.fixed_dictionaries(
         "reasoning_content": st.one_of(st.none(), _TEXTS),
         "reasoning_details": st.one_of(st.none(), st.lists(_FRAGMENT, max_size=2)),
         "channel": st.just("analysis"),
+        "tool_calls": st.one_of(
+            st.none(),
+            st.just([{"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}]),
+        ),
+        "refusal": st.sampled_from(["", "No."]),
     },
 )
 _CHOICE = st.fixed_dictionaries(
@@ -387,12 +419,8 @@ def test_fast_path_gives_what_the_general_path_gives(choices: list[dict[str, Any
 def test_a_key_spelled_with_escapes_is_normalized_too() -> None:
     escaped = b'data: {"choices":[{"index":0,"delta":{"\\u0072easoning_content":"hm"},"finish_reason":null}]}\n\n'
     assert sse_chunks(rewrite(escaped)) == [
-        chunk(
-            {
-                "reasoning": "hm",
-                "reasoning_details": [{"type": "reasoning.text", "text": "hm", "format": "unknown", "index": 0}],
-            }
-        )
+        chunk({"reasoning": "hm", "reasoning_details": [{"type": "reasoning.text", "text": "hm", "index": 0}]}),
+        *CLOSE_CHUNKS,
     ]
     excluded = (
         b'data: {"choices":[{"index":0,"delta":{"\\u0072easoning":"hm","content":"x"},"finish_reason":null}]}\n\n'
@@ -426,7 +454,7 @@ def test_a_rewritten_event_keeps_its_comment_retry_and_id_lines() -> None:
     assert rewrite(body) == (
         b": upstream note\nretry: 3000\nid: 41\n"
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"hm","reasoning_details":'
-        b'[{"type":"reasoning.text","text":"hm","format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
+        b'[{"type":"reasoning.text","text":"hm","index":0}]},"finish_reason":null}]}\n\n' + CLOSE
     )
 
 
@@ -454,9 +482,8 @@ def test_a_broken_off_stream_ends_with_held_text_then_the_error_event() -> None:
 _EVENT = b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"Hm."},"finish_reason":null}]}'
 _NORMALIZED = (
     b'data: {"choices":[{"index":0,"delta":{"reasoning":"Hm.","reasoning_details":'
-    b'[{"type":"reasoning.text","text":"Hm.","format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
-)
-_NORMALIZED_NEXT = _NORMALIZED.replace(b',"format":"unknown"', b"")  # rule 1 extends: type, text, index
+    b'[{"type":"reasoning.text","text":"Hm.","index":0}]},"finish_reason":null}]}\n\n'
+)  # rule 1 extends the same detail with the same entry; its format goes at the end (CLOSE)
 _CUT_SHORT = (
     b'data: {"id":"","object":"chat.completion.chunk","created":0,"model":"","error":{"message":'
     b'"The stream ended inside an event; the answer is incomplete.","type":"upstream_unavailable","code":502,'
@@ -466,19 +493,19 @@ _CUT_SHORT = (
 
 def test_a_stream_that_ends_inside_an_undecodable_event_ends_with_an_error_event() -> None:
     # a close-delimited upstream that broke off: the half event is dropped, the client is told
-    assert rewrite(_EVENT + b"\n\n" + b'data: {"choices":[{"index":0,"') == _NORMALIZED + _CUT_SHORT
+    assert rewrite(_EVENT + b"\n\n" + b'data: {"choices":[{"index":0,"') == _NORMALIZED + CLOSE + _CUT_SHORT
     # ... or inside a line that is not a data line
     for cut in (b"da", b": OPENROUTER PROC", b"event: mess"):
-        assert rewrite(_EVENT + b"\n\n" + cut) == _NORMALIZED + _CUT_SHORT, cut
+        assert rewrite(_EVENT + b"\n\n" + cut) == _NORMALIZED + CLOSE + _CUT_SHORT, cut
     # an unfinished last event that decodes is finished with the line ends it lacks and sent like any other
-    assert rewrite(_EVENT + b"\n\n" + _EVENT) == _NORMALIZED + _NORMALIZED_NEXT
-    assert rewrite(_EVENT + b"\n") == _NORMALIZED
+    assert rewrite(_EVENT + b"\n\n" + _EVENT) == _NORMALIZED + _NORMALIZED + CLOSE
+    assert rewrite(_EVENT + b"\n") == _NORMALIZED + CLOSE
     content = b'data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}'
     assert rewrite(content) == content + b"\n\n"  # unchanged, but finished: parsers drop unfinished events
-    assert rewrite(b"id: 7\n" + _EVENT + b"\n") == b"id: 7\n" + _NORMALIZED  # rewritten with its other line
+    assert rewrite(b"id: 7\n" + _EVENT + b"\n") == b"id: 7\n" + _NORMALIZED + CLOSE  # rewritten with its other line
     assert rewrite(b": note\n") == b": note\n\n"  # a whole comment line: nothing was cut
     # after [DONE] the answer was whole: trailing bytes pass as they came
-    assert rewrite(_EVENT + b"\n\ndata: [DONE]\n\ndata: {") == _NORMALIZED + b"data: [DONE]\n\ndata: {"
+    assert rewrite(_EVENT + b"\n\ndata: [DONE]\n\ndata: {") == _NORMALIZED + CLOSE + b"data: [DONE]\n\ndata: {"
 
 
 def test_text_a_think_splitter_held_never_joins_an_unfinished_last_event() -> None:
@@ -504,13 +531,13 @@ def test_a_break_keeps_complete_events_and_adds_nothing_after_done() -> None:
     )
     rewriter = SSERewriter(ResponseOptions())
     assert rewriter.feed(_EVENT + b"\r\r") == b""  # a last \r waits: a \n may follow
-    assert rewriter.fail(error) == _NORMALIZED + gone  # the held event was complete
+    assert rewriter.fail(error) == _NORMALIZED + CLOSE + gone  # the held event was complete
     rewriter = SSERewriter(ResponseOptions())
-    assert rewriter.feed(_EVENT + b"\n\ndata: [DONE]\n\n") == _NORMALIZED + b"data: [DONE]\n\n"
+    assert rewriter.feed(_EVENT + b"\n\ndata: [DONE]\n\n") == _NORMALIZED + CLOSE + b"data: [DONE]\n\n"
     assert rewriter.fail(error) == b""
     rewriter = SSERewriter(ResponseOptions())
     assert rewriter.feed(_EVENT + b"\n\ndata: [DONE]\n") == _NORMALIZED
-    assert rewriter.fail(error) == b"data: [DONE]\n\n"  # only its blank line was missing: no error
+    assert rewriter.fail(error) == CLOSE + b"data: [DONE]\n\n"  # only its blank line was missing: no error
 
 
 def test_a_lone_surrogate_is_normalized_and_carried_as_its_escape() -> None:
@@ -519,9 +546,9 @@ def test_a_lone_surrogate_is_normalized_and_carried_as_its_escape() -> None:
     second = b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"\\ude00b"},"finish_reason":null}]}\n\n'
     assert rewrite(first + second) == (
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"a\\ud83d","reasoning_details":'
-        b'[{"type":"reasoning.text","text":"a\\ud83d","format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
+        b'[{"type":"reasoning.text","text":"a\\ud83d","index":0}]},"finish_reason":null}]}\n\n'
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"\\ude00b","reasoning_details":'
-        b'[{"type":"reasoning.text","text":"\\ude00b","index":0}]},"finish_reason":null}]}\n\n'
+        b'[{"type":"reasoning.text","text":"\\ude00b","index":0}]},"finish_reason":null}]}\n\n' + CLOSE
     )
     excluded = b'data: {"choices":[{"index":0,"delta":{"reasoning":"\\ud83d","content":"x"},"finish_reason":null}]}\n\n'
     assert (
@@ -557,14 +584,13 @@ def test_tags_that_echo_reasoning_content_are_not_doubled_in_a_stream() -> None:
         + _delta_event(b'{"content":"</think>Three.","reasoning_content":""}')
     )
     assert rewrite(body, think=ThinkTags()) == (
-        _delta_event(
-            b'{"reasoning":"Spell","reasoning_details":[{"type":"reasoning.text","text":"Spell",'
-            b'"format":"unknown","index":0}]}'
-        )
+        _delta_event(b'{"reasoning":"Spell","reasoning_details":[{"type":"reasoning.text","text":"Spell","index":0}]}')
         + _delta_event(
             b'{"reasoning":" it <","reasoning_details":[{"type":"reasoning.text","text":" it <","index":0}]}'
         )
         + _delta_event(b'{"reasoning":"3","reasoning_details":[{"type":"reasoning.text","text":"3","index":0}]}')
+        + _delta_event(b'{"reasoning_details":[{"type":"reasoning.text","format":"unknown","index":0}]}')
+        + _delta_event(b'{"reasoning":null,"reasoning_details":[]}')
         + _delta_event(b'{"content":"Three."}')
     )
 
@@ -668,6 +694,7 @@ def test_two_entries_of_one_detail_never_share_a_delta() -> None:
             }
         ),
         chunk({"reasoning_details": [{"type": "reasoning.encrypted", "data": "ENC_B", "index": 1}]}),
+        chunk({"reasoning": None, "reasoning_details": []}),
     ]
     expected = [
         {
@@ -700,6 +727,40 @@ def test_every_sdk_merge_arrives_at_the_spec_rebuild(choices: list[dict[str, Any
     assert view.sdk2_message.get("reasoning_details", []) == rebuilt
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_CHOICE, min_size=1, max_size=8))
+def test_the_rewriters_shortcut_past_chunks_without_reasoning_gives_what_normalizing_every_chunk_gives(
+    choices: list[dict[str, Any]],
+) -> None:
+    # SSERewriter passes a chunk whose bytes hold no reasoning field as it came, reading only its choices to end
+    # open reasoning before it (ChunkNormalizer.close_before); normalizing every chunk must give the same deltas
+    body = b"".join(data({"id": "x", "choices": [choice]}) for choice in choices)
+    normalizer = ChunkNormalizer()
+    every: list[dict[str, Any]] = []
+    for choice in choices:
+        chunk = copy.deepcopy({"id": "x", "choices": [choice]})
+        result = normalizer.normalize(chunk)
+        every.extend([chunk] if result is None else result)
+    every.extend(normalizer.finish())
+    assert sse_chunks(rewrite(body)) == json.loads(json.dumps(every))
+
+
+def test_the_chunk_that_ends_the_reasoning_leaves_as_its_bytes() -> None:
+    # spaced JSON and an escape that msgspec would write otherwise: the answer's chunk goes as it came, after the
+    # chunks that end the reasoning, whether its bytes name a reasoning field or not
+    for answer in (
+        b'data: {"choices": [{"index": 0, "delta": {"content": "caf\\u00e9", "reasoning": null}}]}\n\n',
+        b'data: {"choices": [{"index": 0, "delta": {"content": "caf\\u00e9"}}]}\n\n',
+    ):
+        body = _delta_event(b'{"reasoning":"a"}') + _delta_event(b'{"reasoning":"b"}') + answer
+        out = rewrite(body)
+        assert out.endswith(
+            _delta_event(b'{"reasoning_details":[{"type":"reasoning.text","format":"unknown","index":0}]}')
+            + _delta_event(b'{"reasoning":null,"reasoning_details":[]}')
+            + answer
+        )
+
+
 def test_nan_and_infinity_literals_do_not_stop_normalization() -> None:
     # Python's json (vLLM's logprobs) writes -Infinity and NaN, which msgspec refuses as not JSON
     logprobs = b'"logprobs":{"content":[{"token":"x","logprob":-Infinity},{"token":"y","logprob":NaN}]}'
@@ -710,9 +771,10 @@ def test_nan_and_infinity_literals_do_not_stop_normalization() -> None:
     )
     assert rewrite(event) == (
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"SECRET","content":"x","reasoning_details":'
-        b'[{"type":"reasoning.text","text":"SECRET","format":"unknown","index":0}]},'
-        + logprobs
-        + b',"finish_reason":null}]}\n\n'
+        b'[{"type":"reasoning.text","text":"SECRET","index":0}]},' + logprobs + b',"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[{"type":"reasoning.text","format":"unknown",'
+        b'"index":0}]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning":null,"reasoning_details":[]},"finish_reason":null}]}\n\n'
     )
 
 
@@ -726,7 +788,11 @@ def test_a_buffered_completion_with_nan_is_normalized_and_keeps_it() -> None:
 def test_held_text_with_a_lone_surrogate_is_written_with_its_escape_later() -> None:
     # auto start holds "\ud83d" (read by the fallback) until the next event, which msgspec reads
     body = _delta_event(b'{"content":"\\ud83d"}') + _delta_event(b'{"content":"hm</think>ok"}')
-    assert rewrite(body, think=ThinkTags(start="auto")) == _delta_event(
-        b'{"reasoning":"\\ud83dhm","reasoning_details":[{"type":"reasoning.text","text":"\\ud83dhm",'
-        b'"format":"unknown","index":0}]}'
-    ) + _delta_event(b'{"content":"ok"}')
+    assert rewrite(body, think=ThinkTags(start="auto")) == (
+        _delta_event(
+            b'{"reasoning":"\\ud83dhm","reasoning_details":[{"type":"reasoning.text","text":"\\ud83dhm","index":0}]}'
+        )
+        + _delta_event(b'{"reasoning_details":[{"type":"reasoning.text","format":"unknown","index":0}]}')
+        + _delta_event(b'{"reasoning":null,"reasoning_details":[]}')
+        + _delta_event(b'{"content":"ok"}')
+    )

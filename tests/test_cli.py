@@ -62,7 +62,10 @@ def test_response_writes_what_the_client_receives(tmp_path: Path) -> None:
     assert result.returncode == 0
     assert result.stdout == (
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"Hm.","reasoning_details":'
-        b'[{"type":"reasoning.text","text":"Hm.","format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
+        b'[{"type":"reasoning.text","text":"Hm.","index":0}]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[{"type":"reasoning.text","format":"unknown",'
+        b'"index":0}]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning":null,"reasoning_details":[]},"finish_reason":null}]}\n\n'
         b"data: [DONE]\n\n"
     )
 

@@ -360,7 +360,12 @@ def test_the_openai_sdk_raises_on_a_broken_off_stream(upstream: ReplayUpstream, 
     with pytest.raises(openai.APIError) as info:
         for chunk in stream:
             received.append(chunk)
-    assert len(received) == 5
+    # the five reasoning chunks, then the close of the reasoning (its detail's format, null fields) and the error
+    assert len(received) == 7
+    assert received[5].choices[0].delta.model_extra == {
+        "reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]
+    }
+    assert received[6].choices[0].delta.model_extra == {"reasoning": None, "reasoning_details": []}
     assert info.value.message == BROKEN["error"]["message"]
     assert info.value.body == BROKEN["error"]
     assert info.value.code == "502"  # openai-python reads error.code as a string

@@ -55,7 +55,15 @@ def source_text(chunks: list[dict[str, Any]]) -> tuple[str, str, list[Any]]:
 
 
 def opaque_values(fragments: list[Any]) -> list[str]:
-    return [f[k] for f in fragments if isinstance(f, dict) for k in ("signature", "data") if isinstance(f.get(k), str)]
+    """The signatures and encrypted data of ``fragments``; an empty signature signs nothing (OpenRouter's
+    placeholder that opens a thinking block) and is not one."""
+    return [
+        f[k]
+        for f in fragments
+        if isinstance(f, dict)
+        for k in ("signature", "data")
+        if isinstance(f.get(k), str) and f[k]
+    ]
 
 
 def check_client_stream(out: bytes, reasoning: str, content: str, fragments: list[Any]) -> list[dict[str, Any]]:
@@ -78,6 +86,7 @@ def check_client_stream(out: bytes, reasoning: str, content: str, fragments: lis
     kept = opaque_values(rebuilt)
     for value in opaque_values(fragments):
         assert value in kept
+    assert all(d.get("signature") != "" for d in rebuilt)  # no detail signed with nothing
     return rebuilt
 
 

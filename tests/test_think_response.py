@@ -128,7 +128,9 @@ def buffered(content: str, **message: Any) -> dict[str, Any]:
 
 CALL = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
 ARGUMENTS = {"index": 0, "function": {"arguments": '{"city":"Lisbon"}'}}
-THINK_DETAIL = {"type": "reasoning.text", "text": "think", "format": "unknown", "index": 0}
+THINK_DETAIL = {"type": "reasoning.text", "text": "think", "index": 0}
+THINK_FORMAT = {"type": "reasoning.text", "format": "unknown", "index": 0}  # the detail's last entry
+END = {"reasoning": None, "reasoning_details": []}  # the end of the reasoning, before the answer
 
 
 @pytest.mark.parametrize("start", ["content", "auto", "reasoning"])
@@ -142,6 +144,8 @@ def test_text_held_after_reasoning_fields_goes_out_before_the_tool_calls(start: 
     )
     assert sse_chunks(every_split(body, ThinkTags(start=start))) == [  # type: ignore[arg-type]
         chunk({"reasoning": "think", "reasoning_details": [THINK_DETAIL]}),
+        chunk({"reasoning_details": [THINK_FORMAT]}),
+        chunk(END),
         chunk({"content": "Let me check."}),
         chunk({"tool_calls": [CALL]}),
         chunk({"tool_calls": [ARGUMENTS]}),
@@ -157,12 +161,14 @@ def test_held_text_goes_out_ahead_of_anything_that_is_not_content_or_reasoning()
     body = stream({"reasoning_content": "think"}, {"content": "Let me"}, {"content": " check.", "tool_calls": [CALL]})
     assert sse_chunks(every_split(body, ThinkTags())) == [
         chunk({"reasoning": "think", "reasoning_details": [THINK_DETAIL]}),
+        chunk({"reasoning_details": [THINK_FORMAT]}),
+        chunk(END),
         chunk({"content": "Let me check.", "tool_calls": [CALL]}),
         chunk({}, "stop"),
     ]
     # a refusal
     body = stream({"reasoning_content": "think"}, {"content": "No."}, {"refusal": "I can't help with that."})
-    assert sse_chunks(every_split(body, ThinkTags()))[1:3] == [
+    assert sse_chunks(every_split(body, ThinkTags()))[3:5] == [
         chunk({"content": "No."}),
         chunk({"refusal": "I can't help with that."}),
     ]
@@ -201,7 +207,10 @@ def test_a_streamed_echo_after_the_fields_is_dropped_as_in_the_buffered_body() -
     )
     assert every_split(body, ThinkTags()) == (
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"R","reasoning_details":[{"type":"reasoning.text",'
-        b'"text":"R","format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
+        b'"text":"R","index":0}]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[{"type":"reasoning.text","format":"unknown",'
+        b'"index":0}]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning":null,"reasoning_details":[]},"finish_reason":null}]}\n\n'
         b'data: {"choices":[{"index":0,"delta":{"content":"Answer"},"finish_reason":null}]}\n\n'
     )
     message = buffered("<think>R</think>Answer", reasoning_content="R")

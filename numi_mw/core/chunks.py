@@ -9,14 +9,27 @@ returns the chunks the client receives:
   copy. Plain reasoning (no detail from the provider) becomes a ``reasoning.text`` entry with format
   ``unknown``. ``delta.reasoning_content`` is removed (its text is in ``delta.reasoning``).
 - Every streamed detail entry carries an integer ``index``: the position of the detail it belongs to in the
-  spec's rebuild ("From a stream"). Fields that do not grow appear once per detail: an entry that extends a
-  detail carries only ``type``, ``text`` and ``index``; one that completes or fills a detail carries only the
-  fields the rebuild fills in. So the openai SDK's ``chat.completions.stream()`` helper, which merges entries
-  by ``index`` and concatenates strings, accumulates exactly ``rebuild_reasoning_details`` of the entries.
-  Fragments the rebuild drops (no text, no signature, no ``reasoning.text`` detail before them) are dropped.
+  spec's rebuild ("From a stream"), the same on every entry of one detail. Each field appears once per detail,
+  so that clients that concatenate repeated strings (openai-python's ``chat.completions.stream()`` helper,
+  langchain) and clients that keep the last entry's value (pydantic-ai's OpenRouter model) agree: an entry
+  that extends a detail carries only ``type``, ``text`` and ``index``; ``id`` goes on the detail's first entry;
+  the ``format`` of a ``reasoning.text`` detail that may still grow or be signed goes on its last entry, the
+  one with its signature or, for a detail never signed, an entry ``{"type", "format", "index"}`` of its own
+  sent when the next detail starts or the reasoning ends. An empty ``signature`` signs nothing and is left
+  out; a fragment with no text and an empty signature (the placeholder that opens a thinking block) gives its
+  fields to the text detail it opens instead of becoming a detail of its own. Fragments the rebuild drops, or
+  that only repeat what their detail has, are dropped. The docs (``docs/streaming.md``, "The shape of streamed
+  reasoning") check this shape against every client's merge rule.
 - Signature-only fragments, encrypted and summary details pass through in order, with their opaque fields
   untouched. The finish chunk keeps its delta and gets no synthetic detail; text a think splitter still held
   goes out in a chunk of its own just before it. Usage passes through.
+- The end of the reasoning: just before the first chunk after it that shows the answer (content text, a tool
+  call, a refusal) or finishes the choice, or at the end of the stream, the held format goes out, then, when
+  more than one delta carried reasoning and that chunk does not carry both fields itself, ``"reasoning":
+  null`` and ``"reasoning_details": []``, each in a chunk of its own (that chunk leaves as it came), so a
+  client that keeps the last delta's value of these fields (openai-node's ``stream()`` helper) keeps nothing
+  rather than a fragment. A stream rewriter finds that chunk without decoding the chunks before it in full
+  (``close_before``).
 - With a think splitter, a chunk that carries reasoning in its own fields tells the splitter so
   (``ThinkSplitter.reasoning_in_fields``): content text before a closing tag that follows, in the same chunk or
   later, is the end of that reasoning. A harmony tool call the splitter finds in ``content`` goes out as
@@ -34,6 +47,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
+
+import msgspec
 
 from numi_mw.core.details import FILLED_KEYS, DetailsRebuilder, visible_text
 from numi_mw.core.fields import REASONING_FIELDS, plain_reasoning, splice
@@ -67,8 +82,18 @@ class _Choice:
     tool_calls: int = 0  # harmony tool calls the splitter found in this choice's content
     call_index: int = -1  # the delta index of the last of them
     indices: dict[Any, int] = field(default_factory=dict)  # the upstream's own tool call index -> the index sent
-    sent: set[int] = field(default_factory=set)  # every tool call index sent (the upstream's and harmony's)
+    calls_sent: set[int] = field(default_factory=set)  # every tool call index sent (the upstream's and harmony's)
+    sent: int = 0  # deltas sent with reasoning (text or detail entries)
+    open: bool = False  # reasoning went out and nothing has shown the answer since (``_closing``)
+    held: tuple[int, Any] | None = None  # the open text detail's position and its format, not sent yet
+    opener: dict[str, Any] | None = None  # a block-opening placeholder's fields, for the next text detail
 
+
+_NO_DELTA: Final[dict[str, Any]] = {}
+"""The delta of no chunk (the end of a stream), never changed."""
+
+_NOT_OPENER: Final = frozenset(("type", "text", "index"))
+"""Fields of a block-opening placeholder that are not kept for the detail it opens (``ChunkNormalizer._emit``)."""
 
 _HOLDING_KEYS: Final = frozenset(("content", "role", *REASONING_FIELDS))
 """Delta keys that never end what a think splitter holds back: content text (it is fed to the splitter), the role,
@@ -77,7 +102,7 @@ and reasoning (it may be followed by its own tail in content)."""
 
 def _free_index(state: _Choice) -> int:
     """A new ``tool_calls`` index for a choice, one past every index sent so far, marked as sent."""
-    sent = state.sent
+    sent = state.calls_sent
     index = max(sent) + 1 if sent else 0
     sent.add(index)
     return index
@@ -95,9 +120,9 @@ def _own_calls(delta: dict[str, Any], calls: list[Any], state: _Choice) -> dict[
             upstream = call["index"]
             index = indices.get(upstream)
             if index is None:
-                if type(upstream) is int and upstream not in state.sent:
+                if type(upstream) is int and upstream not in state.calls_sent:
                     index = upstream
-                    state.sent.add(index)
+                    state.calls_sent.add(index)
                 else:
                     index = _free_index(state)
                 indices[upstream] = index
@@ -118,6 +143,39 @@ def _ends(key: str, value: Any) -> bool:
     if type(value) is str:
         return key == "refusal" and value != ""
     return isinstance(value, list | dict) and bool(value)
+
+
+def _shows_output(delta: dict[str, Any]) -> bool:
+    """Whether ``delta`` shows something of the answer that is not reasoning: content text (a string or a list
+    of parts) or any field ``_ends`` names (a tool call, a refusal, another nonempty field)."""
+    content = delta.get("content")
+    if (type(content) is str or type(content) is list) and content:
+        return True
+    for key, value in delta.items():  # noqa: SIM110 (a loop costs less than any() over a generator, per chunk)
+        if value and _ends(key, value):
+            return True
+    return False
+
+
+class _ChoiceProbe(msgspec.Struct, gc=False):
+    index: Any = 0
+    delta: Any = None
+    finish_reason: Any = None
+
+
+class _ChunkProbe(msgspec.Struct, gc=False):
+    choices: list[_ChoiceProbe]
+
+
+_probe = msgspec.json.Decoder(_ChunkProbe).decode
+"""Decodes a chunk's choices (index, delta, finish reason) and skips its envelope (``ChunkNormalizer.close_before``)."""
+
+
+def _carries_reasoning(delta: dict[str, Any]) -> bool:
+    """Whether a normalized ``delta`` carries reasoning: a nonempty ``reasoning`` or detail entries."""
+    reasoning = delta.get("reasoning")
+    details = delta.get("reasoning_details")
+    return (type(reasoning) is str and reasoning != "") or (type(details) is list and len(details) > 0)
 
 
 def _ends_hold(delta: dict[str, Any]) -> bool:
@@ -155,11 +213,12 @@ class ChunkNormalizer:
         think: split reasoning tags out of ``delta.content`` with these settings; ``None`` leaves content as is.
     """
 
-    __slots__ = ("_choices", "_envelope", "_plain", "exclude", "think")
+    __slots__ = ("_choices", "_envelope", "_plain", "exclude", "open_reasoning", "think")
 
     def __init__(self, *, exclude: bool = False, think: ThinkTags | None = None) -> None:
         self.exclude = exclude
         self.think = think
+        self.open_reasoning = False  # a choice's reasoning went out and is not closed yet (``_closing``)
         self._plain = think is None and not exclude  # the fast path applies
         self._choices = _ChoiceStates(think)
         self._envelope: dict[str, Any] | None = None
@@ -172,7 +231,9 @@ class ChunkNormalizer:
 
         Returns:
             ``UNCHANGED`` (``None``) when the chunk leaves as it came, else the chunks to send in its place (an
-            empty list drops it). Values that are not chat completion chunks are left unchanged.
+            empty list drops it); when there are several and the last is ``data`` itself, that one is unchanged
+            (chunks that end the reasoning go before it) and may go as its original bytes. Values that are not
+            chat completion chunks are left unchanged.
         """
         if not isinstance(data, dict):
             return UNCHANGED
@@ -224,11 +285,13 @@ class ChunkNormalizer:
             kind, text = pieces[0]
             fields: dict[str, Any] | None = None
             if kind == "content":
-                if text == content:
-                    return UNCHANGED
-                fields = {"content": text}
+                if not state.open:  # else it may end the reasoning: the general path (``_closing``)
+                    if text == content:
+                        return UNCHANGED
+                    fields = {"content": text}
             elif kind == "reasoning" and not self.exclude:
                 fields = self._piece_fields(pieces[0], state)
+                self._sent(state)
             if fields is not None:
                 choice["delta"] = {"role": delta["role"], **fields} if size == 2 else fields
                 return [data]
@@ -236,9 +299,10 @@ class ChunkNormalizer:
         return UNCHANGED if entries is UNCHANGED else _chunks_of(data, [entries])
 
     def _fast(self, data: dict[str, Any], choice: Any) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
-        """The common reasoning chunk (one choice; one unsigned text fragment, with ``reasoning`` the same text or
-        absent, or a plain ``reasoning`` / ``reasoning_content`` string), handled without the general machinery;
-        ``_SLOW`` for anything else. Same output as the general path, key order included."""
+        """The common reasoning chunk (one choice; an unsigned text fragment that extends the open detail, with
+        ``reasoning`` the same text or absent, or a plain ``reasoning`` / ``reasoning_content`` string), and the
+        common chunk without reasoning while none is open, handled without the general machinery; ``_SLOW`` for
+        anything else. Same output as the general path, key order included."""
         if type(choice) is not dict:
             return _SLOW
         delta = choice.get("delta")
@@ -252,19 +316,25 @@ class ChunkNormalizer:
                 rest = {k: v for k, v in delta.items() if k != "reasoning_content"}
                 if not rest:
                     return _SLOW  # an empty chunk: the general path decides whether it is dropped
+                if self.open_reasoning:  # it may end the reasoning: a new entry, so that data is not changed
+                    return self._fast_after(data, {**choice, "delta": rest})
                 choice["delta"] = rest
                 return [data]
             if type(plain) is not str:
                 return _SLOW
-            entry = self._plain_entry(self._choices[choice.get("index", 0)], plain)
+            state = self._choices[choice.get("index", 0)]
+            entries = self._plain_entries(state, plain)
             fields: dict[str, Any] = {}
             for key, value in delta.items():
                 if key == "reasoning_content":
                     fields["reasoning"] = plain
                 else:
                     fields[key] = value
-            fields["reasoning_details"] = [entry]
+            fields["reasoning_details"] = entries
             choice["delta"] = fields
+            state.sent += 1  # ``_sent``, inline on the common path
+            if not state.open:
+                state.open = self.open_reasoning = True
             return [data]
         reasoning = delta.get("reasoning")
         details = delta.get("reasoning_details")
@@ -280,32 +350,50 @@ class ChunkNormalizer:
             if type(text) is not str or not text:
                 return _SLOW
             shown = reasoning == text
-            if not shown:
-                if reasoning is not None and reasoning != "":
-                    return _SLOW
-                delta["reasoning"] = text  # details only (Anthropic-style): their text becomes delta.reasoning
-            rebuilder = self._choices[choice.get("index", 0)].rebuilder
+            if not shown and reasoning is not None and reasoning != "":
+                return _SLOW
+            state = self._choices[choice.get("index", 0)]
+            rebuilder = state.rebuilder
             pos = rebuilder.open_text
+            if pos < 0 and state.held is not None:
+                return _SLOW
+            if not shown:
+                delta["reasoning"] = text  # details only (Anthropic-style): their text becomes delta.reasoning
+            state.sent += 1  # ``_sent``, inline on the common path
+            if not state.open:
+                state.open = self.open_reasoning = True
             if pos >= 0:  # rule 1 extends the open detail (no call: _NO_TEXT): only type, text and index go out
                 if shown and len(fragment) == 3 and fragment.get("index") == pos:
                     return UNCHANGED
                 delta["reasoning_details"] = [{"type": "reasoning.text", "text": text, "index": pos}]
                 return [data]
-            where = ("new", len(rebuilder.details))
-            if fragment.get("index") == where[1]:
-                rebuilder.add(fragment, where)
-                return UNCHANGED if shown else [data]
+            where = ("new", len(rebuilder.details))  # ``_emit``'s new text detail: its format held
             entry = dict(fragment)
+            opener = state.opener
+            if opener is not None:  # the fields of the placeholder that opened it
+                state.opener = None
+                for key, value in opener.items():
+                    entry.setdefault(key, value)
+            if "format" in entry:
+                state.held = (where[1], entry.pop("format"))
             entry["index"] = where[1]
             rebuilder.add(entry, where)
+            if shown and len(entry) == len(fragment) and entry == fragment:
+                return UNCHANGED
             delta["reasoning_details"] = [entry]
             return [data]
         if details == [] and (reasoning is None or reasoning == ""):
-            return UNCHANGED  # nothing visible, no fragment (OpenRouter's content chunks)
+            # nothing visible, no fragment (OpenRouter's content chunks)
+            return self._fast_after(data, choice) if self.open_reasoning else UNCHANGED
         if "reasoning" not in delta and "reasoning_details" not in delta:
-            return UNCHANGED  # no reasoning field at all (a translated stream's content chunks)
+            # no reasoning field at all (a translated stream's content chunks)
+            return self._fast_after(data, choice) if self.open_reasoning else UNCHANGED
         if "reasoning_details" not in delta and type(reasoning) is str and reasoning:
-            delta["reasoning_details"] = [self._plain_entry(self._choices[choice.get("index", 0)], reasoning)]
+            state = self._choices[choice.get("index", 0)]
+            delta["reasoning_details"] = self._plain_entries(state, reasoning)
+            state.sent += 1  # ``_sent``, inline on the common path
+            if not state.open:
+                state.open = self.open_reasoning = True
             return [data]
         return _SLOW
 
@@ -317,8 +405,12 @@ class ChunkNormalizer:
         summary = fragment.get("summary", fragment.get("text"))
         if type(shown) is not str or not shown or summary != shown:
             return _SLOW
-        rebuilder = self._choices[choice.get("index", 0)].rebuilder
+        state = self._choices[choice.get("index", 0)]
+        if state.held is not None or state.opener is not None:
+            return _SLOW
+        rebuilder = state.rebuilder
         where = ("new", len(rebuilder.details))
+        self._sent(state)
         if fragment.get("index") == where[1]:
             rebuilder.add(fragment, where)
             return UNCHANGED
@@ -328,14 +420,69 @@ class ChunkNormalizer:
         delta["reasoning_details"] = [entry]
         return [data]
 
-    def _plain_entry(self, state: _Choice, text: str) -> Any:
+    def _fast_after(self, data: dict[str, Any], entry: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """``_fast`` for a chunk without reasoning while a choice's reasoning is open: ``entry`` is its choice
+        (``data``'s own when unchanged, else a new one without a null ``reasoning_content``). The chunk closes
+        that reasoning when it shows the answer (``_close_after_reasoning``). Same output as the general path."""
+        state = self._choices[entry.get("index", 0)]
+        entries = [entry]
+        if state.open and _shows_output(entry["delta"]):
+            entries = self._close_after_reasoning(state, entries)
+        if len(entries) == 1 and entry is data["choices"][0]:
+            return UNCHANGED
+        return _chunks_of(data, [entries])
+
+    def close_before(self, data: bytes) -> list[dict[str, Any]] | None:
+        """The chunks that end open reasoning (``open_reasoning``) before the chunk whose JSON bytes are ``data``,
+        which carries no reasoning field (a stream rewriter knows it from its bytes) and so leaves unchanged.
+
+        Only the choices are decoded, not the envelope (the chunks to put before take the last normalized chunk's
+        envelope), so a rewriter passes the chunks between the reasoning and the answer on as they came, decoded
+        only this far. Same close as ``normalize`` gives (``_closing``).
+
+        Returns:
+            The chunks to send before ``data`` (an empty list: none), or ``None`` when the bytes are not a chunk
+            this reading decides (not JSON, no list of choice objects, an ``index`` that is not an integer):
+            ``normalize`` of the decoded chunk decides.
+        """
+        try:
+            chunk = _probe(data)
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        envelope = self._envelope
+        if envelope is None:
+            return None
+        if "usage" in envelope:
+            envelope = {**envelope, "usage": None}
+        out: list[dict[str, Any]] = []
+        for choice in chunk.choices:
+            if type(choice.index) is not int:
+                return None
+            state = self._choices.get(choice.index)
+            delta = choice.delta
+            if state is None or not state.open or type(delta) is not dict:  # (normalize reads only dict deltas)
+                continue
+            if choice.finish_reason is None and not _shows_output(delta):
+                continue
+            for entry in self._closing(state, {"index": choice.index, "delta": delta}):
+                out.append({**envelope, "choices": [entry]})
+        return out
+
+    def _sent(self, state: _Choice) -> None:
+        """A delta with reasoning goes out for ``state``'s choice."""
+        state.sent += 1
+        state.open = True
+        self.open_reasoning = True
+
+    def _plain_entries(self, state: _Choice, text: str) -> list[Any]:
         """``_emit`` of the ``reasoning.text`` detail (format ``unknown``) for plain reasoning ``text``, with the
         common case (it extends the open detail: only ``type``, ``text`` and ``index``) taken directly."""
-        rebuilder = state.rebuilder
-        pos = rebuilder.open_text
+        pos = state.rebuilder.open_text
         if pos < 0:
-            return self._emit(state, {"type": "reasoning.text", "text": text, "format": "unknown"})
-        return {"type": "reasoning.text", "text": text, "index": pos}  # rule 1 extends it (no call: _NO_TEXT)
+            entries: list[Any] = []
+            self._emit(state, {"type": "reasoning.text", "text": text, "format": "unknown"}, entries)
+            return entries
+        return [{"type": "reasoning.text", "text": text, "index": pos}]  # rule 1 extends it (no call: _NO_TEXT)
 
     def _normalize_choice(self, choice: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The choice entries to send for ``choice`` (one per delta, in order), or ``UNCHANGED``."""
@@ -349,7 +496,9 @@ class ChunkNormalizer:
         if finishing:
             state.finished = True
         ends = flush or (splitter is not None and not state.finished and _ends_hold(delta))
-        if not (split or ends or any(key in delta for key in REASONING_FIELDS)):
+        if not (split or ends or any(key in delta for key in REASONING_FIELDS)) and not (
+            state.open and (finishing or _shows_output(delta))  # it ends the reasoning (``_closing``)
+        ):
             return UNCHANGED
 
         pieces: list[Piece] = []
@@ -405,9 +554,56 @@ class ChunkNormalizer:
         if state.tool_calls and finishing and choice.get("finish_reason") == "stop":
             entries[-1]["finish_reason"] = "tool_calls"
         entries = [e for e in entries if e["delta"] or e.get("finish_reason") is not None]
-        if entries == [choice]:
-            return UNCHANGED
+        entries = self._close_after_reasoning(state, entries)
+        if entries[-1:] == [choice]:
+            if len(entries) == 1:
+                return UNCHANGED
+            entries[-1] = choice  # unchanged after what closes the reasoning: it goes as it came (``_chunks_of``)
         return entries
+
+    def _close_after_reasoning(self, state: _Choice, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``entries`` (one choice's, in order) with the reasoning closed before the first one after it that shows
+        something else (content text, a tool call, a refusal, any other nonempty field) or finishes the choice
+        (``_closing``); entries that carry reasoning are counted (``state.sent``)."""
+        out: list[dict[str, Any]] = []
+        for entry in entries:
+            delta = entry["delta"]
+            if _carries_reasoning(delta):
+                self._sent(state)
+            elif state.open and (entry.get("finish_reason") is not None or _shows_output(delta)):
+                out.extend(self._closing(state, entry))
+            out.append(entry)
+        return out
+
+    def _closing(self, state: _Choice, entry: dict[str, Any] | None, index: Any = 0) -> list[dict[str, Any]]:
+        """The entries that close the choice's reasoning before ``entry``, which is left as it is (``None`` at the
+        end of the stream, for the choice ``index``; ``docs/streaming.md``, "Streams"):
+
+        - the held ``format`` of the open text detail (``_release``), in a delta of its own;
+        - when more than one delta carried reasoning and ``entry``'s delta does not carry both fields itself (as
+          OpenRouter's answer chunks do), ``{"reasoning": null, "reasoning_details": []}``: a client that keeps
+          only the last delta's value of a field it does not know (openai-node's ``stream()`` helper) then keeps
+          nothing rather than a fragment.
+        """
+        state.open = False
+        state.opener = None
+        if entry is not None:
+            index = entry.get("index", index)
+        out: list[dict[str, Any]] = []
+        if state.held is not None:
+            released: list[Any] = []
+            self._release(state, released)
+            state.sent += 1
+            out.append({"index": index, "delta": {"reasoning_details": released}, "finish_reason": None})
+        delta = entry["delta"] if entry is not None else _NO_DELTA
+        if state.sent > 1 and ("reasoning" not in delta or "reasoning_details" not in delta):
+            out.append({"index": index, "delta": {"reasoning": None, "reasoning_details": []}, "finish_reason": None})
+        for other in self._choices.values():  # (no generator: it runs once per reasoning)
+            if other.open:
+                break
+        else:
+            self.open_reasoning = False
+        return out
 
     def _piece_fields(self, piece: Piece, state: _Choice) -> dict[str, Any]:
         kind, text = piece
@@ -424,8 +620,9 @@ class ChunkNormalizer:
             return {"tool_calls": [{"index": state.call_index, "function": {"arguments": text}}]}
         if self.exclude:
             return {}
-        entry = self._emit(state, {"type": "reasoning.text", "text": text, "format": "unknown"})
-        return {"reasoning": text, "reasoning_details": [entry] if entry is not None else []}
+        entries: list[Any] = []
+        self._emit(state, {"type": "reasoning.text", "text": text, "format": "unknown"}, entries)
+        return {"reasoning": text, "reasoning_details": entries}
 
     def _reasoning_fields(self, delta: dict[str, Any], state: _Choice) -> dict[str, Any]:
         """The reasoning fields of the normalized delta (empty with ``exclude``)."""
@@ -442,18 +639,13 @@ class ChunkNormalizer:
                 if details is not None:
                     fields["reasoning_details"] = details
                 return fields
-            entry = self._emit(state, {"type": "reasoning.text", "text": plain, "format": "unknown"})
-            return {"reasoning": plain, "reasoning_details": [entry] if entry is not None else []}
+            return {"reasoning": plain, "reasoning_details": self._plain_entries(state, plain)}
         shown = visible_text(details)
         emitted: list[Any] = []
         if plain is not None and not shown:
-            entry = self._emit(state, {"type": "reasoning.text", "text": plain, "format": "unknown"})
-            if entry is not None:
-                emitted.append(entry)
+            self._emit(state, {"type": "reasoning.text", "text": plain, "format": "unknown"}, emitted)
         for fragment in details:
-            entry = self._emit(state, fragment)
-            if entry is not None:
-                emitted.append(entry)
+            self._emit(state, fragment, emitted)
         text = shown or plain
         if text is not None:
             fields["reasoning"] = text
@@ -461,62 +653,113 @@ class ChunkNormalizer:
             fields["reasoning_details"] = emitted
         return fields
 
-    def _emit(self, state: _Choice, fragment: Any) -> Any:
-        """The entry to stream for ``fragment``: its detail's ``index`` set, non-growing fields once per detail."""
-        where = state.rebuilder.target(fragment)
+    def _emit(self, state: _Choice, fragment: Any, out: list[Any]) -> None:
+        """Append to ``out`` the entries to stream for ``fragment`` (``docs/streaming.md``, "The shape of
+        streamed reasoning"): its detail's ``index`` set; ``id`` and other fields that do not grow on the detail's first
+        entry only; the ``format`` of a ``reasoning.text`` detail that may still grow or be signed held back for
+        its last entry (the one with its signature, else ``_release``); an empty ``signature`` left out, and a
+        placeholder of one (no text) kept for the next text detail instead of becoming a detail of its own."""
+        rebuilder = state.rebuilder
+        if type(fragment) is dict and fragment.get("signature") == "" and fragment.get("type") == "reasoning.text":
+            fragment = {key: value for key, value in fragment.items() if key != "signature"}  # "" signs nothing
+            if not fragment.get("text") and rebuilder.open_text < 0:  # a block's opening placeholder
+                state.opener = {key: value for key, value in fragment.items() if key not in _NOT_OPENER}
+                return
+        where = rebuilder.target(fragment)
         if where is None:
-            return None
+            return
         action, pos = where
-        if not isinstance(fragment, dict):
-            state.rebuilder.add(fragment, where)
-            return fragment
-        if action == "new":
-            entry = dict(fragment)
-            entry["index"] = pos
-        elif action == "extend":  # rule 1: only the growing fields, in one order on every path
-            entry = {"type": "reasoning.text", "text": fragment["text"], "index": pos}
-        else:
-            target = state.rebuilder.details[pos]
+        if action == "extend":  # rule 1: only the growing fields, in one order on every path
+            entry: Any = {"type": "reasoning.text", "text": fragment["text"], "index": pos}
+        elif action == "new":
+            self._release(state, out)  # the previous detail's held format goes before the next detail
+            opener, state.opener = state.opener, None
+            if type(fragment) is not dict:
+                entry = fragment
+            else:
+                entry = dict(fragment)
+                if entry.get("type") == "reasoning.text" and "signature" not in entry:  # it may grow, or be signed
+                    if opener:
+                        for key, value in opener.items():
+                            entry.setdefault(key, value)
+                    if "format" in entry:
+                        state.held = (pos, entry.pop("format"))
+                entry["index"] = pos
+        else:  # rules 2 and 3 fill fields the detail lacks
+            target = rebuilder.details[pos]
+            held = state.held is not None and state.held[0] == pos
             entry = {"type": fragment.get("type")}
             for key in FILLED_KEYS:
-                if key in fragment and key not in target and key != "index":
+                if key in fragment and key not in target and key != "index" and not (held and key == "format"):
                     entry[key] = fragment[key]
+            if "signature" in entry:
+                if held:  # the signature completes the detail: its format goes with it
+                    assert state.held is not None
+                    entry["format"] = state.held[1]
+                    state.held = None
+            elif "format" in entry and pos == rebuilder.open_text:
+                state.held = (pos, entry.pop("format"))
             if len(entry) == 1:
-                return None
+                return
             entry["index"] = pos
-        state.rebuilder.add(entry, where)
-        return entry
+        rebuilder.add(entry, where)
+        out.append(entry)
+
+    def _release(self, state: _Choice, out: list[Any]) -> None:
+        """Append to ``out`` the held ``format`` of the open text detail as an entry of its own, ``{"type":
+        "reasoning.text", "format": ..., "index": ...}``: neither text nor signature, so spec 004's rule 3 fills
+        it into the most recent ``reasoning.text`` detail, which the open one is."""
+        held = state.held
+        if held is None:
+            return
+        state.held = None
+        pos, value = held
+        state.rebuilder.details[pos]["format"] = value  # rule 3's fill (the detail stays the open one)
+        out.append({"type": "reasoning.text", "format": value, "index": pos})
 
     def finish(self) -> list[dict[str, Any]]:
-        """End of the stream (``[DONE]`` or the last byte): chunks for text a think splitter still holds.
+        """End of the stream (``[DONE]`` or the last byte): chunks for text a think splitter still holds, and the
+        close of reasoning nothing has closed yet (``_closing``).
 
-        Only choices that never sent a ``finish_reason`` can hold text here (some servers never send one).
+        Only choices that never sent a ``finish_reason`` can hold text or open reasoning here (some servers never
+        send one).
         """
         envelope = self._envelope
         if envelope is None:
             return []
         out: list[dict[str, Any]] = []
         for index, state in self._choices.items():
-            if state.splitter is None or state.finished:
-                continue
-            state.finished = True
-            for piece in state.splitter.flush():
-                fields = self._piece_fields(piece, state)
-                if fields:
-                    choice = {"index": index, "delta": fields, "finish_reason": None}
-                    out.append({**envelope, "choices": [choice], **({"usage": None} if "usage" in envelope else {})})
+            entries: list[dict[str, Any]] = []
+            if state.splitter is not None and not state.finished:
+                state.finished = True
+                for piece in state.splitter.flush():
+                    fields = self._piece_fields(piece, state)
+                    if fields:
+                        entries.append({"index": index, "delta": fields, "finish_reason": None})
+                entries = self._close_after_reasoning(state, entries)
+            if state.open:
+                entries.extend(self._closing(state, None, index))
+            for choice in entries:
+                out.append({**envelope, "choices": [choice], **({"usage": None} if "usage" in envelope else {})})
         return out
 
 
 def _chunks_of(data: dict[str, Any], results: list[list[Any]]) -> list[dict[str, Any]]:
     """The chunks to send for ``data`` whose choices became ``results`` (each choice's entries, in order): one
     chunk when every choice has at most one entry (dropped when none is left and it carries no usage), else one
-    chunk per entry, usage on the last."""
+    chunk per entry, usage on the last. When ``data`` has one choice and its last entry is that very choice
+    (unchanged, after chunks put before it), the last chunk is ``data`` itself, so its bytes can go as they came."""
     if all(len(entries) <= 1 for entries in results):
         kept = [entries[0] for entries in results if entries]
         if not kept and data.get("usage") is None:
             return []
         return [{**data, "choices": kept}]
+    if len(results) == 1 and results[0][-1] is data["choices"][0]:
+        before = [{**data, "choices": [entry]} for entry in results[0][:-1]]
+        if "usage" in data:
+            for chunk in before:
+                chunk["usage"] = None
+        return [*before, data]
     chunks = [{**data, "choices": [entry]} for entries in results for entry in entries]
     if "usage" in data:
         for chunk in chunks[:-1]:

@@ -300,7 +300,11 @@ class SSERewriter:
         if self._head is None:  # the first chunk: read once, for the error chunk of a break
             self._head = _head_of(data)
         if self._prefilter and not may_hold_reasoning(data):
-            return raw
+            if not self._normalizer.open_reasoning:
+                return raw
+            before = self._normalizer.close_before(data)  # open reasoning ends before the answer's first chunk
+            if before is not None:
+                return b"".join([b"data: " + codec.encode_lenient(chunk) + b"\n\n" for chunk in before]) + raw
         encode: Callable[[Any], bytes] = _encode
         try:  # msgspec inline, not codec.decode_with_encoder: this runs once per event
             value = _decode(data)
@@ -312,12 +316,17 @@ class SSERewriter:
         if chunks is UNCHANGED:
             return raw
         one_line = len(raw) - len(data) <= _ONE_DATA_LINE  # the event is one data line and its blank line
+        last = data if len(chunks) > 1 and chunks[-1] is value else None  # unchanged, after chunks put before it
+        if last is not None:
+            chunks = chunks[:-1]
         try:
-            if one_line and len(chunks) == 1:
+            if one_line and len(chunks) == 1 and last is None:
                 return b"data: " + encode(chunks[0]) + b"\n\n"
             encoded = list(map(encode, chunks))
         except UnicodeEncodeError:  # text a think splitter held from an event only the fallback could read
             encoded = [codec.encode_lenient(chunk) for chunk in chunks]
+        if last is not None:
+            encoded.append(last)
         return _frame(raw, one_line, event, id, encoded)
 
 
