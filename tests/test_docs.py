@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import itertools
 import re
 import subprocess
 import sys
@@ -76,12 +75,13 @@ def python_examples() -> list[tuple[str, list[str]]]:
     found: list[tuple[str, list[str]]] = []
     for page in PAGES:
         for block in blocks(page, "python"):
-            lines = block.splitlines()
-            expected = [
-                line.strip()[2:]
-                for before, line in itertools.pairwise(lines)
-                if line.strip().startswith("# ") and "print(" in before
-            ]
+            expected: list[str] = []
+            shown = False  # the lines so far are a print and the "# " lines right after it
+            for line in block.splitlines():
+                if line.strip().startswith("# ") and shown:
+                    expected.append(line.strip()[2:])
+                else:
+                    shown = "print(" in line
             if expected:
                 found.append((block, expected))
     return found

@@ -84,6 +84,16 @@ def test_reasoning_with_a_null_reasoning_content_replays_as_reasoning_content(pr
     assert message == {"role": "assistant", "content": "Hello.", "reasoning_content": "R."}
 
 
+@pytest.mark.parametrize("provider", REPLAYING_PROVIDERS)
+@pytest.mark.parametrize(
+    "nulls", [{"reasoning": None}, {"reasoning_content": None}, {"reasoning": None, "reasoning_content": None}]
+)
+def test_reasoning_fields_that_are_only_nulls_go(provider: str, nulls: dict[str, None]) -> None:
+    # openai-node's stream() helper keeps the last delta's value of a field, null included
+    message = upstream_assistant(provider, **nulls)
+    assert message == {"role": "assistant", "content": "Hello."}
+
+
 # Rows 2 and 3 together: both empty strings are one representation, the explicit empty reasoning_content.
 @pytest.mark.parametrize("provider", REPLAYING_PROVIDERS)
 def test_both_empty_become_the_explicit_empty_reasoning_content(provider: str) -> None:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from numi_mw import NormalizingTransport, SyncNormalizingTransport, load_catalog
+from numi_mw import NormalizingTransport, SyncNormalizingTransport, load_catalog, rebuild_reasoning_details
 from numi_mw.core.think import ThinkTags
 from tests.e2e_support import free_port, serving
 
@@ -139,7 +139,13 @@ REASONING_EVENT = (
 )
 REASONING_EVENT_OUT = (
     b'data: {"id":"c1","choices":[{"index":0,"delta":{"role":"assistant","reasoning":"Count the r\'s.",'
-    b'"reasoning_details":[{"type":"reasoning.text","text":"Count the r\'s.","format":"unknown","index":0}]}}]}\n\n'
+    b'"reasoning_details":[{"type":"reasoning.text","text":"Count the r\'s.","index":0}]}}]}\n\n'
+)
+REASONING_END = (  # the end of the reasoning, before what follows it: the detail's format once, then nulls
+    b'data: {"id":"c1","choices":[{"index":0,"delta":{"reasoning_details":[{"type":"reasoning.text",'
+    b'"format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
+    b'data: {"id":"c1","choices":[{"index":0,"delta":{"reasoning":null,"reasoning_details":[]},"finish_reason":null}]}'
+    b"\n\n"
 )
 ANSWER_EVENTS = (
     b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Three."},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
@@ -176,7 +182,7 @@ async def test_an_async_stream_arrives_rewritten_chunk_by_chunk_before_the_upstr
             stub.go.set()
             rest = b"".join([chunk async for chunk in chunks])
     assert first == REASONING_EVENT_OUT
-    assert rest == ANSWER_EVENTS
+    assert rest == REASONING_END + ANSWER_EVENTS
     assert stub.gate_timed_out is False
     assert response.headers["content-type"] == "text/event-stream"
     assert "content-length" not in response.headers
@@ -195,7 +201,7 @@ def test_a_sync_stream_arrives_rewritten_chunk_by_chunk_before_the_upstream_send
         stub.go.set()
         rest = b"".join(chunks)
     assert first == REASONING_EVENT_OUT
-    assert rest == ANSWER_EVENTS
+    assert rest == REASONING_END + ANSWER_EVENTS
     assert stub.gate_timed_out is False
 
 
@@ -228,14 +234,14 @@ def test_a_stream_the_upstream_breaks_off_ends_with_the_error_event(stub: Stub, 
     stub.answer = sse(REASONING_EVENT, breaks=True)
     status, _, body = call(mode, {"provider": "deepseek"}, "POST", f"{stub.base_url}/chat/completions", json={})
     # the whole event, normalized; the half event dropped; the error event as the sidecar sends it, no [DONE]
-    assert (status, body) == (200, REASONING_EVENT_OUT + BROKEN_EVENT)
+    assert (status, body) == (200, REASONING_EVENT_OUT + REASONING_END + BROKEN_EVENT)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_gzip_stream_is_decoded_and_rewritten(stub: Stub, mode: Mode) -> None:
     stub.answer = sse(REASONING_EVENT, ANSWER_EVENTS, gzip=True)
     status, headers, body = call(mode, {"provider": "deepseek"}, "POST", f"{stub.base_url}/chat/completions", json={})
-    assert (status, body) == (200, REASONING_EVENT_OUT + ANSWER_EVENTS)
+    assert (status, body) == (200, REASONING_EVENT_OUT + REASONING_END + ANSWER_EVENTS)
     assert "content-encoding" not in headers
     assert stub.seen[-1].headers["accept-encoding"] == "identity"
 
@@ -250,9 +256,12 @@ def test_think_tags_split_across_chunks_become_reasoning(stub: Stub, mode: Mode)
     _, _, body = call(mode, options, "POST", f"{stub.base_url}/chat/completions", json={"stream": True})
     assert body == (
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"Pl","reasoning_details":'
-        b'[{"type":"reasoning.text","text":"Pl","format":"unknown","index":0}]}}]}\n\n'
+        b'[{"type":"reasoning.text","text":"Pl","index":0}]}}]}\n\n'
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"an.","reasoning_details":'
         b'[{"type":"reasoning.text","text":"an.","index":0}]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_details":'
+        b'[{"type":"reasoning.text","format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning":null,"reasoning_details":[]},"finish_reason":null}]}\n\n'
         b'data: {"choices":[{"index":0,"delta":{"content":"Answer."}}]}\n\n'
         b"data: [DONE]\n\n"
     )
@@ -579,7 +588,7 @@ def test_a_wrapped_mock_transport_answer_is_rewritten_too() -> None:
     transport = SyncNormalizingTransport(httpx.MockTransport(handler), provider="deepseek")
     with httpx.Client(transport=transport) as client:
         response = client.post("https://api.deepseek.com/chat/completions", json={"stream": True})
-    assert response.content == REASONING_EVENT_OUT + ANSWER_EVENTS
+    assert response.content == REASONING_EVENT_OUT + REASONING_END + ANSWER_EVENTS
 
 
 # --- the openai SDK ---------------------------------------------------------------------------------------------
@@ -617,9 +626,11 @@ async def test_the_async_openai_sdk_streams_through_the_transport(stub: Stub) ->
         "content": "A",
         "reasoning_content": "R.",
     }
-    assert [(delta.model_extra or {}).get("reasoning") for delta in deltas] == ["Count the r's.", None]
-    assert [delta.content for delta in deltas] == [None, "Three."]
-    assert (deltas[0].model_extra or {})["reasoning_details"] == [
+    # the reasoning, its end (the detail's format, then nulls), the answer
+    assert [(delta.model_extra or {}).get("reasoning") for delta in deltas] == ["Count the r's.", None, None, None]
+    assert [delta.content for delta in deltas] == [None, None, None, "Three."]
+    entries = [entry for delta in deltas for entry in (delta.model_extra or {}).get("reasoning_details") or []]
+    assert rebuild_reasoning_details(entries) == [
         {"type": "reasoning.text", "text": "Count the r's.", "format": "unknown", "index": 0}
     ]
 
@@ -648,7 +659,7 @@ def test_the_openai_sdk_raises_on_a_stream_the_upstream_breaks_off(stub: Stub) -
         with pytest.raises(openai.APIError) as info:
             for chunk in stream:
                 received.append(chunk)
-    assert len(received) == 1
+    assert len(received) == 3  # the reasoning and its end, before the error chunk
     assert info.value.message == "The upstream stream ended early; the answer is incomplete."
 
 

@@ -34,8 +34,11 @@ def normalize_message(message: dict[str, Any], field: ReasoningField) -> bool:
     if (r is not None and not isinstance(r, str)) or (rc is not None and not isinstance(rc, str)):
         return False
     if rc is None:
-        if r is None:
-            return False
+        if r is None:  # nothing but nulls (a client that keeps the last delta's null): nothing to send
+            nulls = [key for key in ("reasoning", "reasoning_content") if key in message]
+            for key in nulls:
+                del message[key]
+            return bool(nulls)
         if r == "":
             del message["reasoning"]
             return True
