@@ -472,7 +472,7 @@ def history_checks(recording: Recording, exp: Expected, message: dict[str, Any])
         wrong = [k for k, text in texts.items() if text != exp.reasoning]
         found["history: reasoning as recorded"] = f"{wrong[0]} {short(texts[wrong[0]])}" if wrong else None
         copies = [path for path in places(message, exp.reasoning) if not path.startswith("reasoning_details")]
-        found["history: no duplicated reasoning"] = f"reasoning sent in {copies}" if len(copies) > 1 else None
+        found["history: no duplicated reasoning"] = f"reasoning sent in {sorted(copies)}" if len(copies) > 1 else None
     else:  # the text in the provider's one history field, no other reasoning field
         got = message.get(field)
         # a fragment of the reasoning is not the reasoning sent back (openai-node keeps only the last delta's)
