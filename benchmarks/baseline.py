@@ -153,27 +153,18 @@ class StreamNormalizer:
         return b"data: " + _dumps(chunk) + b"\n\n"
 
 
-class _NativeStream:
+class _NativeStream(StreamNormalizer):
     """A native stream translated to chat chunks with ``json``, as one would write it by hand: split at blank
-    lines, ``json.loads`` each data line, one chat chunk per reasoning, text or tool event, ``json.dumps`` it.
-    The same ``feed`` / ``finish`` interface as ``StreamNormalizer``; subclasses map one event."""
+    lines (``StreamNormalizer.feed``), ``json.loads`` each data line, one chat chunk per reasoning, text or tool
+    event, ``json.dumps`` it; ``[DONE]`` at the end. Subclasses map one event."""
 
     def __init__(self) -> None:
-        self.buffer = b""
+        super().__init__()
         self.id: Any = None
         self.model: Any = None
 
-    def feed(self, chunk: bytes) -> bytes:
-        self.buffer += chunk
-        out: list[bytes] = []
-        while (end := self.buffer.find(b"\n\n")) != -1:
-            event, self.buffer = self.buffer[: end + 2], self.buffer[end + 2 :]
-            out.append(self._event(event))
-        return b"".join(out)
-
     def finish(self) -> bytes:
-        rest, self.buffer = self.buffer, b""
-        return (self._event(rest) if rest else b"") + b"data: [DONE]\n\n"
+        return super().finish() + b"data: [DONE]\n\n"
 
     def _event(self, event: bytes) -> bytes:
         data = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
