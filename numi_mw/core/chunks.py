@@ -79,8 +79,7 @@ class _Choice:
     rebuilder: DetailsRebuilder = field(default_factory=lambda: DetailsRebuilder(track_text=_NO_TEXT))
     splitter: ThinkSplitter | None = None
     finished: bool = False
-    tool_calls: int = 0  # harmony tool calls the splitter found in this choice's content
-    call_index: int = -1  # the delta index of the last of them
+    call_index: int = -1  # the delta index of the last harmony tool call found in content (-1: none yet)
     indices: dict[Any, int] = field(default_factory=dict)  # the upstream's own tool call index -> the index sent
     calls_sent: set[int] = field(default_factory=set)  # every tool call index sent (the upstream's and harmony's)
     sent: int = 0  # deltas sent with reasoning (text or detail entries)
@@ -551,7 +550,7 @@ class ChunkNormalizer:
         deltas = [part for d in deltas for part in _apart(d)]
         entries = [{**choice, "delta": d, "finish_reason": None} for d in deltas[:-1]]
         entries.append({**choice, "delta": deltas[-1]})
-        if state.tool_calls and finishing and choice.get("finish_reason") == "stop":
+        if state.call_index >= 0 and finishing and choice.get("finish_reason") == "stop":
             entries[-1]["finish_reason"] = "tool_calls"
         entries = [e for e in entries if e["delta"] or e.get("finish_reason") is not None]
         entries = self._close_after_reasoning(state, entries)
@@ -611,11 +610,10 @@ class ChunkNormalizer:
             return {"content": text}
         if kind == "tool_call":
             index = state.call_index = _free_index(state)
-            state.tool_calls += 1
             call = {"index": index, "id": tool_call_id(self._envelope, index), "type": "function"}
             return {"tool_calls": [{**call, "function": {"name": text, "arguments": ""}}]}
         if kind == "tool_arguments":
-            if not state.tool_calls:
+            if state.call_index < 0:
                 return {}
             return {"tool_calls": [{"index": state.call_index, "function": {"arguments": text}}]}
         if self.exclude:
