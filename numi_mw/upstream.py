@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Literal
@@ -70,10 +71,10 @@ def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
     after it.
 
     Raises:
-        ApiError: 400 ``invalid_request`` for a path with a dot segment (``.``, ``..`` or their percent-encoded
-            forms), which could climb out of the base URL's path.
+        ApiError: 400 ``invalid_request`` for a path with a dot segment in any form ``has_dot_segment`` finds,
+            which could climb out of the base URL's path.
     """
-    if any(unquote_to_bytes(segment) in (b".", b"..") for segment in raw_path.split(b"/")):
+    if has_dot_segment(raw_path):
         raise bad_path()
     if raw_path == b"/v1" or raw_path.startswith(b"/v1/"):
         raw_path = raw_path[3:]
@@ -81,6 +82,20 @@ def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
     path, _, base_query = base.raw_path.partition(b"?")  # a base URL may carry a query (api-version=...)
     merged = b"&".join(part for part in (base_query, query) if part)
     return base.copy_with(raw_path=path.rstrip(b"/") + raw_path + (b"?" + merged if merged else b""))
+
+
+_SEPARATORS = re.compile(rb"[/\\]")
+
+
+def has_dot_segment(raw_path: bytes) -> bool:
+    """Whether ``raw_path`` (as sent, percent-encoded) has a ``.`` or ``..`` segment as a server behind the
+    upstream URL may read it: percent-decoded once (``%2e%2e%2f`` is ``../``), split at ``/`` and at ``\\`` (a
+    separator on Windows servers, ``%5c`` encoded), each segment up to its first ``;`` (a path parameter, as in
+    ``..;jsessionid=1``). RFC 3986 section 5.2.4 removes such segments; a path numi_mw forwards keeps its bytes, so
+    it refuses them instead. A name that only holds dots (``...``, ``a..b``) or a doubly encoded one
+    (``%252e%252e``) is no dot segment."""
+    decoded = unquote_to_bytes(raw_path)
+    return any(segment.partition(b";")[0] in (b".", b"..") for segment in _SEPARATORS.split(decoded))
 
 
 def upstream_headers(

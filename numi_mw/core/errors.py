@@ -127,7 +127,8 @@ def not_an_object() -> ApiError:
 
 
 def bad_path() -> ApiError:
-    """400 ``invalid_request`` for a request path with a dot segment (``.``, ``..`` or an encoded form)."""
+    """400 ``invalid_request`` for a request path with a dot segment (``.``, ``..``, in any form
+    the shells' ``has_dot_segment`` finds: percent-encoded, ``\\`` as separator, ``;`` parameters)."""
     return invalid_request("The request path may not contain '.' or '..' segments.")
 
 
