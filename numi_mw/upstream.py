@@ -18,7 +18,7 @@ from urllib.parse import unquote_to_bytes
 
 import httpx
 
-from numi_mw.asgi import Headers, with_length
+from numi_mw.asgi import Headers, connection_tokens, with_length, without_headers
 from numi_mw.core.adapters import WireAdapter
 from numi_mw.core.catalog import Catalog
 from numi_mw.core.errors import ApiError, bad_path, upstream_timeout, upstream_unavailable
@@ -132,6 +132,18 @@ def upstream_headers(
     return headers
 
 
+def relayed_headers(headers: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes]) -> Headers:
+    """The upstream's response ``headers`` (raw) as a body relayed chunk by chunk goes back with them: without the
+    names in ``drop`` (lower case; the hop-by-hop ones at least), without the names the upstream's ``Connection``
+    header lists (hop-by-hop too, RFC 9110 section 7.6.1), and without ``content-length`` when the upstream framed
+    the body with ``transfer-encoding``, which overrides it (RFC 9112 section 6.3): that body goes back chunked,
+    and a length beside the chunks would be wrong or ignored."""
+    names = drop | connection_tokens(headers)
+    if any(name.lower() == b"transfer-encoding" for name, _ in headers):
+        names = names | {b"content-length"}
+    return without_headers(headers, names)
+
+
 def api_keys(catalog: Catalog) -> dict[str, str]:
     """The API key of each catalog provider whose ``api_key_env`` names a set environment variable."""
     keys: dict[str, str] = {}
@@ -175,7 +187,14 @@ def _decodes(upstream: httpx.Response, rewriter: StreamRewriter | None) -> bool:
 async def relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> AsyncIterator[bytes]:
     """Yield the upstream body as it arrives, through ``rewriter`` when there is one; close the upstream response
     on every path. A stream the upstream breaks off (an ``httpx.RequestError`` while reading) ends with
-    ``rewriter.fail``'s error event (``upstream_failure`` at stage ``stream``)."""
+    ``rewriter.fail``'s error event (``upstream_failure`` at stage ``stream``, logged once).
+
+    Raises:
+        httpx.RequestError: the upstream broke off a body relayed without a rewriter. The caller leaves the
+            client's response unfinished, so the server closes the connection without the body's end (no last
+            chunk, or short of its ``content-length``) and the client sees the break as it would talking to the
+            upstream directly (RFC 9112 section 8, "Handling Incomplete Messages").
+    """
     try:
         async for chunk in upstream.aiter_bytes() if _decodes(upstream, rewriter) else upstream.aiter_raw():
             if rewriter is None:
@@ -190,8 +209,9 @@ async def relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> As
                 yield tail
     except httpx.RequestError as exc:
         error = upstream_failure(exc, "stream")
-        if rewriter is not None:
-            yield rewriter.fail(error)
+        if rewriter is None:
+            raise
+        yield rewriter.fail(error)
     finally:
         await upstream.aclose()
 
@@ -212,7 +232,8 @@ def relay_sync(upstream: httpx.Response, rewriter: StreamRewriter | None) -> Ite
                 yield tail
     except httpx.RequestError as exc:
         error = upstream_failure(exc, "stream")
-        if rewriter is not None:
-            yield rewriter.fail(error)
+        if rewriter is None:
+            raise
+        yield rewriter.fail(error)
     finally:
         upstream.close()

@@ -9,7 +9,8 @@ buffered. ``docs/sidecar.md`` has the details.
 
 Each request takes three steps: build the upstream request (``_Sidecar.outgoing``), send it under the one
 mapping of httpx errors to API errors (``numi_mw.upstream.upstream_failure``), and answer
-(``_Sidecar.answer``).
+(``_Sidecar.answer``); once the client's body has been read, ``_ClientWatch`` ends all three the moment the client
+leaves.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from collections.abc import AsyncIterator
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, NamedTuple
 
+import anyio
 import httpx
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route as StarletteRoute
+from starlette.types import Message, Receive, Scope, Send
 
 from numi_mw.asgi import (
     HOP_BY_HOP,
@@ -49,6 +52,7 @@ from numi_mw.upstream import (
     answer_options,
     api_keys,
     relay,
+    relayed_headers,
     target_url,
     upstream_failure,
     upstream_headers,
@@ -61,6 +65,11 @@ DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 UPSTREAM_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=100)
 """Upstream connections: no cap (httpx's default of 100 would make the 101st concurrent stream wait for a free
 connection, up to the read timeout, and then fail with 504); up to 100 idle ones are kept for reuse."""
+
+_CLIENT_DEFAULTS = ("accept", "accept-encoding", "user-agent")
+"""Headers ``httpx.AsyncClient`` adds to every request by default, removed from the shared client: a client that
+sent no ``accept`` or ``user-agent`` reaches the upstream without one, as it would directly (``accept-encoding``
+is set per request)."""
 
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
@@ -118,6 +127,8 @@ class _Sidecar:
             transport=self.transport,
             trust_env=False,
         ) as client:
+            for name in _CLIENT_DEFAULTS:  # the sidecar sends the client's headers, and adds none of httpx's
+                del client.headers[name]
             self.client = client
             try:
                 yield
@@ -140,23 +151,59 @@ class _Sidecar:
             return _error_response(model_not_found(model_id))
         return _json_response(endpoints_listing(model))
 
-    async def handle(self, request: Request) -> Response:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer one request (the ASGI app of the sidecar's one route): from the catalog (``_listing``), or
+        through the upstream while ``_ClientWatch`` watches for the client to leave.
+
+        From the moment the client's body has been read until the answer is sent, a client that leaves cancels
+        the call at once, wherever it is (sending, reading a buffered body, relaying a stream), and the upstream
+        connection is closed: the upstream stops working (and billing) for nobody. The upstream response is
+        closed on every path, shielded from that cancellation.
+        """
+        request = Request(scope, receive)
         listing = self._listing(request.method, request.url.path)
         if listing is not None:
-            return listing
+            await listing(scope, receive, send)
+            return
+        watch = _ClientWatch(receive)
+        upstream: list[httpx.Response] = []
+        failure: Exception | None = None
         try:
-            call = await self.outgoing(request)
+            async with anyio.create_task_group() as group:
+                group.start_soon(watch.run, group.cancel_scope)
+                try:
+                    response = await self.handle(request, watch, upstream)
+                    await response(scope, watch.receive, send)
+                except ClientDisconnect:  # the client left while its body was forwarded: nobody to answer
+                    pass
+                except httpx.RequestError:  # the upstream broke off a body relayed as is (``relay`` logged it)
+                    pass  # the response stays unfinished: the server closes the connection without the body's end
+                except Exception as exc:  # raised after the task group, not wrapped in an exception group
+                    failure = exc
+                group.cancel_scope.cancel()
+        finally:
+            if upstream:
+                with anyio.CancelScope(shield=True):
+                    await upstream[0].aclose()
+        if failure is not None:
+            raise failure
+
+    async def handle(self, request: Request, watch: _ClientWatch, upstream: list[httpx.Response]) -> Response:
+        """The response for ``request``; the upstream response, once there is one, is put in ``upstream`` for the
+        caller to close."""
+        try:
+            call = await self.outgoing(request, watch)
             if call is None:  # the client left before its body ended
                 return Response(status_code=400)
             client = self.client
             if client is None:  # pragma: no cover - only without lifespan
                 raise RuntimeError("the sidecar's lifespan has not started")
-            upstream = await _send(client, call)
-            return await self.answer(upstream, call)
+            upstream.append(await _send(client, call))
+            return await self.answer(upstream[0], call)
         except ApiError as error:
             return _error_response(error)
 
-    async def outgoing(self, request: Request) -> _Call | None:
+    async def outgoing(self, request: Request, watch: _ClientWatch) -> _Call | None:
         """The upstream request for ``request``, with the response options when its answer is to be rewritten
         (chat completions); ``None`` when the client left before its body ended.
 
@@ -164,6 +211,12 @@ class _Sidecar:
         adapter's path (``/messages``, ``/responses``), with the headers that wire API needs: the client's
         ``Authorization: Bearer KEY`` becomes the adapter's key header (``x-api-key: KEY``) and its fixed
         headers (``anthropic-version``) are added, each unless the client sent it.
+
+        The catalog's key for the provider goes only with what numi_mw serves for the route (``_serves_route``);
+        any other method and path goes with the key the client sent, or none.
+
+        A body goes upstream only when the client sent bytes (``_client_body``); ``watch`` is told when the
+        client's body has been read whole.
 
         Raises:
             ApiError: what ``prepare_request`` refuses; 413 over the body limit; 400 for a dot-segment path.
@@ -182,6 +235,7 @@ class _Sidecar:
             body = await read_body(request.receive, self.max_body_bytes, declared.encode() if declared else None)
             if body is None:
                 return None
+            watch.body_read.set()
             prepared = prepare_request(body, self.target, headers=request.headers, max_body_bytes=self.max_body_bytes)
             route = prepared.route
             if route.provider is not None:
@@ -192,17 +246,16 @@ class _Sidecar:
             adapter = WIRE_APIS.get(route.wire_api)
             if adapter is not None:
                 path = adapter.path.encode()
-        elif "content-length" in request.headers or "transfer-encoding" in request.headers:
-            content = request.stream()  # forwarded as it comes, with the client's content-length when it sent one
         else:
-            content = b""  # no body: none is sent (a GET gets no chunked framing)
+            content = await _client_body(request, watch)
         drop = _DROP_REQUEST if isinstance(content, bytes) else _DROP_STREAMED
         headers = without_headers(raw, drop | connection_tokens(raw))
         headers.append((b"accept-encoding", b"identity"))
         if adapter is None:
             adapter = WIRE_APIS.get(provider.wire_api)  # every path of a native upstream needs its headers
         translated = options is not None and options.wire_api in WIRE_APIS  # the body is the JSON numi_mw wrote
-        headers = upstream_headers(headers, adapter, self.keys.get(provider.name), translated=translated)
+        key = self.keys.get(provider.name) if _serves_route(method, request.url.path) else None
+        headers = upstream_headers(headers, adapter, key, translated=translated)
         url = target_url(provider.base_url, path, request.scope.get("query_string", b""))
         request_out = self.client.build_request(method, url, headers=headers, content=content)
         return _Call(request_out, options, adjustments, isinstance(content, bytes))
@@ -232,8 +285,9 @@ class _Sidecar:
                 raise upstream_failure(exc, "body") from None
             finally:
                 await upstream.aclose()
+            raw = upstream.headers.raw
             body, status, headers = whole_answer(
-                rewriter, body, upstream.status_code, upstream.headers.raw, _DROP_REWRITTEN
+                rewriter, body, upstream.status_code, raw, _DROP_REWRITTEN | connection_tokens(raw)
             )
             plain = Response(body, status_code=status)
             plain.raw_headers = headers + extra
@@ -241,11 +295,71 @@ class _Sidecar:
         response = StreamingResponse(
             relay(upstream, rewriter), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
         )
-        if rewriter is None:
-            response.raw_headers = without_headers(upstream.headers.raw, HOP_BY_HOP) + extra
-        else:
-            response.raw_headers = without_headers(upstream.headers.raw, _DROP_REWRITTEN) + extra
+        response.raw_headers = relayed_headers(upstream.headers.raw, _DROP_REWRITTEN if rewriter else HOP_BY_HOP)
+        response.raw_headers += extra
         return response
+
+
+class _ClientWatch:
+    """Watches the client's connection while its call runs (ASGI ``http.disconnect``, ASGI spec "HTTP" section).
+
+    ``run`` waits until the client's body has been read (``body_read``; until then the body's reader owns
+    ``receive``), then reads ``receive`` until the client leaves and cancels the call's scope. The response is sent
+    with ``receive`` of this watch, which returns ``http.disconnect`` once the client has left (Starlette's
+    ``StreamingResponse`` listens to it)."""
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self.body_read = anyio.Event()
+        self.gone = anyio.Event()
+
+    async def run(self, scope: anyio.CancelScope) -> None:
+        await self.body_read.wait()
+        while (await self._receive())["type"] != "http.disconnect":
+            pass  # the empty ``http.request`` of a request without a body
+        self.gone.set()
+        scope.cancel()
+
+    async def receive(self) -> Message:
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+
+async def _client_body(request: Request, watch: _ClientWatch) -> bytes | AsyncIterator[bytes]:
+    """The body to forward for a request numi_mw does not rewrite: ``b""`` (none: a ``GET`` gets no framing, a
+    ``POST`` ``content-length: 0``) when the client sent no byte, whatever its framing said (no body,
+    ``content-length: 0``, an empty chunked body); else the client's bytes as they come, the first chunk read
+    before the request is sent. ``watch.body_read`` is set once the body has been read whole.
+
+    Raises:
+        starlette.requests.ClientDisconnect: while the body is read, the client left.
+    """
+    if "content-length" not in request.headers and "transfer-encoding" not in request.headers:
+        watch.body_read.set()
+        return b""
+    chunks = request.stream().__aiter__()
+    async for chunk in chunks:
+        if chunk:
+            return _rest_of_body(chunk, chunks, watch)
+    watch.body_read.set()
+    return b""
+
+
+async def _rest_of_body(first: bytes, chunks: AsyncIterator[bytes], watch: _ClientWatch) -> AsyncIterator[bytes]:
+    yield first
+    async for chunk in chunks:
+        yield chunk
+    watch.body_read.set()
+
+
+def _serves_route(method: str, path: str) -> bool:
+    """Whether numi_mw serves ``method`` and ``path`` for a route, so that a catalog provider's key goes with it:
+    ``POST …/chat/completions`` (``is_chat_completions``) and ``GET …/models`` with the paths under it. Any other
+    method and path (key management, files, billing) is the client's own business with the provider."""
+    if is_chat_completions(method, path):
+        return True
+    trimmed = path.rstrip("/")
+    return method == "GET" and (trimmed.endswith("/models") or trimmed == "models" or "/models/" in trimmed)
 
 
 class _Call(NamedTuple):
@@ -307,7 +421,8 @@ def create_app(
             to the base URL of its chosen endpoint's provider, with that provider's key (from the environment
             variable ``api_key_env`` names, read now) in place of the client's ``Authorization``. ``GET
             …/models`` and ``GET …/models/{author}/{slug}/endpoints`` are served from the catalog; other paths
-            go to the catalog's first provider.
+            go to the catalog's first provider, with its key only for ``GET`` under ``…/models``, else with the
+            key the client sent, or none (``_serves_route``).
         max_body_bytes: request body limit in bytes (413 ``payload_too_large`` above it).
         timeout: upstream timeouts in seconds (a read timeout applies between chunks).
         transport: an ``httpx`` transport for the upstreams (tests); the default opens real connections.
@@ -364,7 +479,7 @@ def create_app(
         think_start,
     )
     app = Starlette(
-        routes=[StarletteRoute("/{path:path}", sidecar.handle, methods=_METHODS)],
+        routes=[StarletteRoute("/{path:path}", sidecar, methods=_METHODS)],
         lifespan=sidecar.lifespan,
     )
     app.state.sidecar = sidecar

@@ -1,0 +1,490 @@
+"""End to end: what the real ``numi-mw serve`` forwards, byte for byte, between raw sockets on loopback.
+
+The upstream here is a plain socket server, so that a test sees the exact request line and headers the sidecar
+sends, can answer with framing no HTTP library would write (a body cut off mid-chunk, ``content-length`` beside
+``transfer-encoding``), and sees when the sidecar closes its connection. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from numi_mw import SyncNormalizingTransport
+from tests.e2e_support import sidecar
+
+WAIT = 10.0
+"""Seconds any one step may take before a test fails (the sidecar's own upstream timeout is the default 600)."""
+
+Handler = Callable[[socket.socket, bytes], None]
+
+
+def read_request(conn: socket.socket) -> bytes:
+    """One HTTP/1.1 request as received: the head, then the body by its framing (``content-length``, or
+    chunked up to the last chunk)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    fields = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        fields[name.strip().lower()] = value.strip().lower()
+    if fields.get(b"transfer-encoding") == b"chunked":
+        while not body.endswith(b"0\r\n\r\n"):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+    else:
+        while len(body) < int(fields.get(b"content-length", b"0")):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+class RawUpstream:
+    """A socket server on 127.0.0.1 that reads each request whole, records it, and hands the connection to the
+    test's ``handler`` (default: answer ``200`` with an empty JSON object and close)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self.port: int = self.listener.getsockname()[1]
+        self.requests: list[bytes] = []
+        self.received = threading.Event()
+        self.closed = threading.Event()
+        self.handler: Handler = answer(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def reset(self, handler: Handler) -> None:
+        self.handler = handler
+        self.received.clear()
+        self.closed.clear()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(WAIT)
+            request = read_request(conn)
+            if not request:
+                return
+            self.requests.append(request)
+            self.received.set()
+            with contextlib.suppress(OSError):
+                self.handler(conn, request)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[RawUpstream]:
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join(timeout=WAIT)
+            self.listener.close()
+
+
+def answer(data: bytes) -> Handler:
+    """Send ``data`` and close the connection (a body it cuts short is a break)."""
+
+    def handler(conn: socket.socket, request: bytes) -> None:
+        conn.sendall(data)
+
+    return handler
+
+
+def hold(data: bytes, upstream_closed: threading.Event) -> Handler:
+    """Send ``data`` (maybe nothing), then keep the connection open until the sidecar closes it (at most
+    ``WAIT`` seconds); set ``upstream_closed`` when it does."""
+
+    def handler(conn: socket.socket, request: bytes) -> None:
+        conn.sendall(data)
+        with contextlib.suppress(TimeoutError):
+            while conn.recv(65536):
+                pass
+            upstream_closed.set()
+
+    return handler
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[RawUpstream]:
+    with RawUpstream().running() as raw:
+        yield raw
+
+
+@pytest.fixture(scope="module")
+def base_url(upstream: RawUpstream) -> Iterator[str]:
+    with sidecar(upstream.base_url, "--provider", "openrouter") as url:
+        yield url
+
+
+def exchange(base_url: str, request: bytes) -> bytes:
+    """Send ``request`` (with ``Connection: close``) to the sidecar on a raw socket; the whole answer."""
+    url = httpx.URL(base_url)
+    with socket.create_connection((url.host, url.port or 80), timeout=WAIT) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+def upstream_head(upstream: RawUpstream, path: bytes, method: bytes = b"GET") -> bytes:
+    return method + b" " + path + b" HTTP/1.1\r\nHost: 127.0.0.1:" + str(upstream.port).encode() + b"\r\n"
+
+
+# A request body goes upstream only when the client sent bytes; the sidecar adds no header of its own but
+# accept-encoding: identity (the host is the upstream's; Connection is the sidecar's own hop).
+NO_BODY = b"accept-encoding: identity\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("sent", "forwarded"),
+    [
+        (b"GET /v1/files/abc HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", NO_BODY),
+        (b"HEAD /v1/files/abc HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", NO_BODY),
+        (b"DELETE /v1/files/abc HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", NO_BODY),
+        (b"GET /v1/files/abc HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", NO_BODY),
+        (
+            b"GET /v1/files/abc HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            b"0\r\n\r\n",
+            NO_BODY,
+        ),
+        (
+            b"POST /v1/files/abc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 13\r\n"
+            b'Connection: close\r\n\r\n{"input":"x"}',
+            b'content-type: application/json\r\ncontent-length: 13\r\naccept-encoding: identity\r\n\r\n{"input":"x"}',
+        ),
+        (
+            b"POST /v1/files/abc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            b'6\r\n{"inpu\r\n7\r\nt":"x"}\r\n0\r\n\r\n',
+            b"content-type: application/json\r\naccept-encoding: identity\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b'{"input":"x"}',
+        ),
+        (
+            b"POST /v1/files/abc HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            b"0\r\n\r\n",
+            b"accept-encoding: identity\r\n\r\n",
+        ),
+    ],
+    ids=["get", "head", "delete", "get-length-0", "get-chunked-empty", "post", "post-chunked", "post-chunked-empty"],
+)
+def test_a_body_is_forwarded_only_when_the_client_sent_one(
+    upstream: RawUpstream, base_url: str, sent: bytes, forwarded: bytes
+) -> None:
+    upstream.reset(answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"))
+    exchange(base_url, sent)
+    method = sent.split(b" ", 1)[0]
+    head, _, body = upstream.requests[-1].partition(b"\r\n\r\n")
+    if b"Transfer-Encoding: chunked" in head:
+        body = dechunked(body)  # chunk boundaries are the hop's own; the bytes are the client's
+    # a POST with no content says so with content-length: 0 (RFC 9110 section 8.6), as httpx writes it first
+    length = b"Content-Length: 0\r\n" if method == b"POST" and forwarded.endswith(b"identity\r\n\r\n") else b""
+    assert head + b"\r\n\r\n" + body == upstream_head(upstream, b"/v1/files/abc", method) + (
+        length + b"Connection: keep-alive\r\n" + forwarded
+    )
+
+
+def dechunked(body: bytes) -> bytes:
+    out = b""
+    while True:
+        size, _, body = body.partition(b"\r\n")
+        if int(size, 16) == 0:
+            return out
+        out += body[: int(size, 16)]
+        body = body[int(size, 16) + 2 :]
+
+
+OK_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+
+
+def response_head(raw: bytes) -> tuple[bytes, bytes]:
+    """The status line and header block of a raw answer, and its body bytes as sent (framing included)."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return head, body
+
+
+def test_a_chunked_answer_that_also_has_a_content_length_is_forwarded_chunked_only(
+    upstream: RawUpstream, base_url: str
+) -> None:
+    """RFC 9112 section 6.3: transfer-encoding overrides content-length, which is never forwarded beside it."""
+    upstream.reset(answer(OK_HEAD + b"content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n5\r\nabcde\r\n0\r\n\r\n"))
+    raw = exchange(base_url, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert response_head(raw) == (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ntransfer-encoding: chunked",
+        b"5\r\nabcde\r\n0\r\n\r\n",
+    )
+
+
+def test_a_content_length_answer_keeps_its_length(upstream: RawUpstream, base_url: str) -> None:
+    upstream.reset(answer(OK_HEAD + b"content-length: 5\r\n\r\nabcde"))
+    raw = exchange(base_url, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert response_head(raw) == (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 5\r\nconnection: close",
+        b"abcde",
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (b"/v1/models", b'{"object":"list","data":[]}'),
+        (b"/v1/chat/completions", b'{"id":"gen-1","choices":[]}'),
+    ],
+    ids=["passed", "rewritten"],
+)
+def test_headers_the_upstreams_connection_header_names_do_not_reach_the_client(
+    upstream: RawUpstream, base_url: str, path: bytes, body: bytes
+) -> None:
+    """RFC 9110 section 7.6.1: the fields ``Connection`` names are for the one hop."""
+    length = str(len(body)).encode()
+    upstream.reset(
+        answer(
+            OK_HEAD + b"Connection: keep-alive, X-Hop\r\nx-hop: secret\r\nx-kept: 1\r\ncontent-length: " + length
+            + b"\r\n\r\n" + body
+        )
+    )  # fmt: skip
+    method, request_body = (b"GET", b"") if path.endswith(b"/models") else (b"POST", b'{"model":"m"}')
+    raw = exchange(
+        base_url,
+        method + b" " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(request_body)).encode()
+        + b"\r\nConnection: close\r\n\r\n" + request_body,
+    )  # fmt: skip
+    head, _ = response_head(raw)
+    fields = [line.split(b":", 1)[0].lower() for line in head.split(b"\r\n")[1:]]
+    assert b"x-hop" not in fields
+    assert b"x-kept" in fields
+
+
+# A body the upstream breaks off reaches the client broken off, as it would directly: the sidecar closes the
+# connection without the last chunk (or short of the content-length).
+BROKEN = [
+    (b"GET", b"/v1/models", OK_HEAD + b"transfer-encoding: chunked\r\n\r\n3\r\nabc\r\n"),
+    (b"GET", b"/v1/models", OK_HEAD + b"content-length: 10\r\n\r\nabc"),
+    (
+        b"POST",
+        b"/v1/chat/completions",
+        b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"3\r\nabc\r\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "sent"), BROKEN, ids=["chunked", "length", "error-answer"])
+def test_a_pass_through_body_the_upstream_breaks_off_reaches_the_client_broken_off(
+    upstream: RawUpstream, base_url: str, method: bytes, path: bytes, sent: bytes
+) -> None:
+    upstream.reset(answer(sent))
+    kwargs = {"json": {"model": "m"}} if method == b"POST" else {}
+    with httpx.Client(timeout=WAIT) as http:
+        with pytest.raises(httpx.RemoteProtocolError):
+            http.request(method.decode(), upstream.base_url + path.decode().removeprefix("/v1"), **kwargs)
+        with pytest.raises(httpx.RemoteProtocolError):
+            http.request(method.decode(), base_url + path.decode().removeprefix("/v1"), **kwargs)
+
+
+def test_the_transport_passes_a_broken_off_error_answer_on_broken_off(upstream: RawUpstream) -> None:
+    upstream.reset(answer(BROKEN[2][2]))
+    transport = SyncNormalizingTransport(provider="openrouter")
+    with httpx.Client(transport=transport, timeout=WAIT) as http, pytest.raises(httpx.RemoteProtocolError):
+        http.post(upstream.base_url + "/chat/completions", json={"model": "m"})
+
+
+def bad_path_body() -> bytes:
+    return (
+        b'{"error":{"message":"The request path may not contain \'.\' or \'..\' segments.",'
+        b'"type":"invalid_request_error","code":"invalid_request","param":null}}'
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        b"/v1/../etc",
+        b"/v1/%2e%2e/etc",
+        b"/v1/./models",
+        b"/v1/..%2fetc",
+        b"/v1/..%2Fetc",
+        b"/v1/%2e%2e%2fetc",
+        b"/v1/%2E%2E%2Fetc",
+        b"/v1/..;/etc",
+        b"/v1/a/..;jsessionid=1/etc",
+        b"/v1/.;x/models",
+        b"/v1/..\\etc",
+        b"/v1/..%5cetc",
+        b"/v1/..%5Cetc",
+        b"/v1/%2e%2e%5cetc",
+        b"/v1/a%2f..%2fetc",
+    ],
+)
+def test_every_form_of_a_dot_segment_is_refused(upstream: RawUpstream, base_url: str, path: bytes) -> None:
+    """Decoded once, as the upstream decodes it, with ``/`` and ``\\`` as separators and ``;`` starting a segment's
+    parameters: a ``.`` or ``..`` segment is a 400, and nothing is forwarded."""
+    before = len(upstream.requests)
+    raw = exchange(base_url, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, body = response_head(raw)
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 400 Bad Request"
+    assert body == bad_path_body()
+    assert len(upstream.requests) == before
+
+
+@pytest.mark.parametrize(
+    "path", [b"/v1/a..b/c", b"/v1/.../c", b"/v1/%252e%252e/c", b"/v1/a%2Fb", b"/v1/x;y/c", b"/v1/..a/c"]
+)
+def test_names_with_dots_that_are_no_dot_segment_are_forwarded_as_sent(
+    upstream: RawUpstream, base_url: str, path: bytes
+) -> None:
+    upstream.reset(answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"))
+    exchange(base_url, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert upstream.requests[-1].split(b"\r\n")[0] == b"GET " + path + b" HTTP/1.1"
+
+
+CATALOG = """
+[[providers]]
+name = "openrouter"
+base_url = "{base}"
+api_key_env = "NUMI_E2E_FORWARD_KEY"
+
+[[models]]
+id = "vendor/listed"
+reasoning_mode = "effort"
+
+[[models.endpoints]]
+tag = "alpha/primary"
+provider = "openrouter"
+"""
+
+
+@pytest.fixture(scope="module")
+def catalog_url(upstream: RawUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    path = tmp_path_factory.mktemp("catalog") / "catalog.toml"
+    path.write_text(CATALOG.format(base=upstream.base_url))
+    with sidecar(None, "--catalog", str(path), env={"NUMI_E2E_FORWARD_KEY": "sk-operator"}) as url:
+        yield url
+
+
+def upstream_authorization(request: bytes) -> bytes | None:
+    for line in request.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"authorization":
+            return value.strip()
+    return None
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "client_key", "forwarded"),
+    [
+        ("POST", "/chat/completions", None, b"Bearer sk-operator"),
+        ("POST", "/chat/completions", "sk-client", b"Bearer sk-operator"),
+        ("GET", "/models/vendor/listed", None, b"Bearer sk-operator"),
+        ("DELETE", "/keys/abc", None, None),
+        ("DELETE", "/keys/abc", "sk-client", b"Bearer sk-client"),
+        ("GET", "/credits", None, None),
+        ("POST", "/embeddings", None, None),
+        ("POST", "/models/vendor/listed", None, None),
+    ],
+)
+def test_the_catalog_key_goes_only_with_the_paths_numi_mw_serves(
+    upstream: RawUpstream,
+    catalog_url: str,
+    method: str,
+    path: str,
+    client_key: str | None,
+    forwarded: bytes | None,
+) -> None:
+    upstream.reset(answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"))
+    headers = {"authorization": f"Bearer {client_key}"} if client_key else {}
+    body = json.dumps({"model": "vendor/listed", "messages": []}) if method == "POST" else None
+    with httpx.Client(timeout=WAIT) as http:
+        http.request(method, catalog_url + path, headers=headers, content=body)
+    assert upstream.requests[-1].split(b" ", 2)[:2] == [method.encode(), b"/v1" + path.encode()]
+    assert upstream_authorization(upstream.requests[-1]) == forwarded
+
+
+# A client that leaves is noticed at once, wherever the call is: the sidecar closes the upstream connection
+# (the sidecar's own upstream timeout is 600 s; the test waits at most WAIT).
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+FIRST_EVENT = b'data: {"id":"gen-1","object":"chat.completion.chunk","choices":[]}\n\n'
+CHAT = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+STREAM_CHAT = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+
+
+def post(path: bytes, body: bytes) -> bytes:
+    return (
+        b"POST " + path + b" HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: "
+        + str(len(body)).encode() + b"\r\n\r\n" + body
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "upstream_sends", "client_waits_for"),
+    [
+        (post(b"/v1/chat/completions", CHAT), b"", b""),
+        (
+            post(b"/v1/chat/completions", CHAT),
+            OK_HEAD + b"content-length: 100\r\n\r\n" + b'{"id":"gen-1"',
+            b"",
+        ),
+        (
+            post(b"/v1/chat/completions", STREAM_CHAT),
+            STREAM_HEAD + hex(len(FIRST_EVENT))[2:].encode() + b"\r\n" + FIRST_EVENT + b"\r\n",
+            b"data: ",
+        ),
+        (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", b"", b""),
+        (post(b"/v1/embeddings", b'{"input":"x"}'), b"", b""),
+        (
+            b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+            OK_HEAD + b"transfer-encoding: chunked\r\n\r\n3\r\nabc\r\n",
+            b"abc",
+        ),
+    ],
+    ids=[
+        "chat-before-answer",
+        "chat-buffered-body",
+        "chat-stream",
+        "get-before-answer",
+        "post-before-answer",
+        "get-body",
+    ],
+)
+def test_a_client_that_leaves_closes_the_upstream_connection(
+    upstream: RawUpstream, base_url: str, request_bytes: bytes, upstream_sends: bytes, client_waits_for: bytes
+) -> None:
+    upstream_closed = threading.Event()
+    upstream.reset(hold(upstream_sends, upstream_closed))
+    url = httpx.URL(base_url)
+    with socket.create_connection((url.host, url.port or 80), timeout=WAIT) as sock:
+        sock.sendall(request_bytes)
+        assert upstream.received.wait(WAIT)
+        seen = b""
+        while client_waits_for not in seen:
+            seen += sock.recv(65536)
+    assert upstream_closed.wait(WAIT)
