@@ -260,7 +260,7 @@ class Operations:
 
         try:
             await self.app(scope, counting_receive, observing_send)
-        except BaseException:
+        except Exception:
             if status == 0:
                 status = 500  # what the server answers for an exception before the response started
             raise
