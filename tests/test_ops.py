@@ -18,7 +18,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from numi_mw import create_app, load_catalog
-from numi_mw.proxy.ops import JSONFormatter, TextFormatter, log_config
+from numi_mw.proxy.ops import JSONFormatter, TextFormatter, _TokenCount, log_config
 from tests.e2e_support import free_port, numi_mw_command, stop_process, wait_for_port
 
 UPSTREAM = "http://127.0.0.1:8000/v1"
@@ -457,3 +457,15 @@ def test_a_real_sidecar_logs_no_body_byte_of_a_broken_upstream(broken_chunked_up
         ]
     else:
         assert any(" INFO numi_mw.access: method=POST path=/v1/chat/completions status=200 " in line for line in lines)
+
+
+def test_a_reasoning_token_count_split_across_body_messages_is_read_whole() -> None:
+    body = b'{"choices":[],"usage":{"completion_tokens":200,"completion_tokens_details":{"reasoning_tokens":123}}}'
+    for cut in range(len(body) + 1):
+        count = _TokenCount()
+        count.feed(body[:cut])
+        count.feed(body[cut:])
+        assert count.value == 123, cut
+    quoted = _TokenCount()
+    quoted.feed(b'{"content":"say \\"reasoning_tokens\\": 9"}')
+    assert quoted.value is None

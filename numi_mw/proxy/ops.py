@@ -51,6 +51,35 @@ _DURATIONS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.
 """Histogram buckets in seconds: reasoning models can take minutes before the first byte."""
 
 _REASONING_TOKENS = re.compile(rb'"reasoning_tokens"\s*:\s*(\d+)')
+_KEY = b'"reasoning_tokens"'
+_SEAM = 64
+"""Bytes on each side of the boundary between two body messages that are searched together, so that a count a
+relayed body splits across two messages is read whole (a match is shorter than this)."""
+
+
+class _TokenCount:
+    """The reasoning token count of one response body, read from the usage in the bytes the client receives:
+    the last ``"reasoning_tokens": N`` wins (a stream's usage chunk, or a buffered body's ``usage``). A key inside a
+    JSON string has its quotes escaped, so only real keys match."""
+
+    __slots__ = ("tail", "value")
+
+    def __init__(self) -> None:
+        self.tail = b""
+        self.value: int | None = None
+
+    def feed(self, body: bytes) -> None:
+        if self.tail:
+            seam = self.tail + body[:_SEAM]
+            if _KEY in seam:
+                self._scan(seam)
+        if _KEY in body:
+            self._scan(body)
+        self.tail = body[-_SEAM:]
+
+    def _scan(self, data: bytes) -> None:
+        for match in _REASONING_TOKENS.finditer(data):
+            self.value = int(match[1])
 
 
 def check_ops_prefix(prefix: object) -> str:
@@ -233,7 +262,7 @@ class Operations:
         status = 0
         first: float | None = None
         streaming = False
-        reasoning: int | None = None
+        tokens = _TokenCount()
 
         async def counting_receive() -> Message:
             message = await receive()
@@ -242,7 +271,7 @@ class Operations:
             return message
 
         async def observing_send(message: Message) -> None:
-            nonlocal status, first, streaming, reasoning
+            nonlocal status, first, streaming
             if message["type"] == "http.response.start":
                 status = message["status"]
                 streaming = _is_event_stream(message.get("headers", ()))
@@ -253,9 +282,7 @@ class Operations:
                 if first is None:
                     first = time.perf_counter()
                 sizes[1] += len(body)
-                if b'"reasoning_tokens"' in body:  # usage: the last count of the answer is its total
-                    for match in _REASONING_TOKENS.finditer(body):
-                        reasoning = int(match[1])
+                tokens.feed(body)
             await send(message)
 
         try:
@@ -270,7 +297,7 @@ class Operations:
             if streaming and self.metrics is not None:
                 self.metrics.open_streams.dec()
             ttfb = (first if first is not None else end) - start
-            self._record(scope, exchange, status, sizes, ttfb, end - start, reasoning)
+            self._record(scope, exchange, status, sizes, ttfb, end - start, tokens.value)
 
     def _record(
         self,
