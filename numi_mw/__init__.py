@@ -6,6 +6,8 @@ themselves (``NormalizingTransport``, ``SyncNormalizingTransport``); the benchma
 measures them. The names below are the public API; ``docs/`` describes each.
 """
 
+import logging
+
 from numi_mw.core.catalog import Catalog, CatalogError, load_catalog
 from numi_mw.core.controls import ReasoningControls
 from numi_mw.core.details import rebuild_reasoning_details
@@ -46,3 +48,6 @@ __all__ = [
     "rebuild_reasoning_details",
 ]
 __version__ = "0.1.0"
+
+# A library's loggers write nowhere until the application configures logging (``numi-mw serve`` does).
+logging.getLogger("numi_mw").addHandler(logging.NullHandler())

@@ -24,6 +24,18 @@ def default_catalog() -> Catalog:
     return load_catalog(text, f"numi_mw/{DEFAULT_CATALOG}")
 
 
+def read_text(path: str) -> bytes:
+    """The bytes of the catalog file at ``path``.
+
+    Raises:
+        CatalogError: the file cannot be read (the message names the file as given).
+    """
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise CatalogError(path, None, None, f"cannot read the file ({exc.strerror or exc})") from None
+
+
 def read_catalog(path: str) -> Catalog:
     """Read and check the catalog at ``path``; error messages name the file as given.
 
@@ -31,8 +43,4 @@ def read_catalog(path: str) -> Catalog:
         CatalogError: the file cannot be read, or ``load_catalog`` rejects it (the message names the file, the
             entry and the field).
     """
-    try:
-        text = Path(path).read_bytes()
-    except OSError as exc:
-        raise CatalogError(path, None, None, f"cannot read the file ({exc.strerror or exc})") from None
-    return load_catalog(text, path)
+    return load_catalog(read_text(path), path)

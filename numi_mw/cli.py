@@ -4,21 +4,30 @@ upstream and back), ``rebuild`` (rebuild streamed reasoning details)."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import version
 from typing import Any
+from urllib.parse import urlsplit
 
-from numi_mw.catalog_files import default_catalog, read_catalog
+from numi_mw.catalog_files import DEFAULT_CATALOG, default_catalog, read_catalog, read_text
 from numi_mw.core.adapters import WIRE_APIS
-from numi_mw.core.catalog import CatalogError, unknown_keys
+from numi_mw.core.catalog import Catalog, CatalogError, unknown_efforts, unknown_keys
 from numi_mw.core.codec import UNDECODABLE, decode_lenient, decoder, encode, encode_lenient
 from numi_mw.core.details import fragments_from_body, rebuild_reasoning_details
 from numi_mw.core.errors import ApiError
-from numi_mw.core.providers import PROVIDERS, WIRE_API_NAMES, ProviderRules, provider_rules
+from numi_mw.core.providers import PROVIDERS, WIRE_API_NAMES, ProviderRules, infer_provider, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request
 from numi_mw.core.response import StreamRewriter, choose_rewriter, response_options, think_tags_for
-from numi_mw.core.routing import fixed_route
+from numi_mw.core.routing import fixed_route, rules_for
 from numi_mw.core.think import THINK_STARTS, ThinkTags
+from numi_mw.proxy.ops import LOG_FORMATS, log_config
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+"""uvicorn's log level names, quietest first."""
+
+log = logging.getLogger("numi_mw.serve")
 
 
 def _port(text: str) -> int:
@@ -46,32 +55,46 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="numi-mw", description="Make LLM reasoning traffic correct.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('numi_mw')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the sidecar: a streaming reverse proxy in front of an upstream")
     target = serve.add_mutually_exclusive_group()
-    target.add_argument("--upstream", help="one upstream base URL, e.g. https://openrouter.ai/api/v1")
+    target.add_argument(
+        "--upstream", help="one upstream base URL, e.g. https://openrouter.ai/api/v1 (default: route by a catalog)"
+    )
     target.add_argument(
         "--catalog", metavar="FILE", help="route through this model catalog (default: the packaged catalog)"
     )
     serve.add_argument(
-        "--provider", choices=sorted(PROVIDERS), help="the upstream's rules (default: inferred from its host)"
+        "--provider",
+        choices=sorted(PROVIDERS),
+        help="the upstream's rules (default: inferred from its host: local for a loopback host, generic for an "
+        "unknown one)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8787, help="port to listen on, 1 to 65535 (default 8787)")
     serve.add_argument(
-        "--max-body-bytes", type=_positive(int), default=DEFAULT_MAX_BODY_BYTES, help="request body limit in bytes"
+        "--max-body-bytes",
+        type=_positive(int),
+        default=DEFAULT_MAX_BODY_BYTES,
+        help=f"chat completions request body limit in bytes (default {DEFAULT_MAX_BODY_BYTES})",
     )
-    serve.add_argument("--timeout", type=_positive(float), default=600.0, help="upstream read timeout in seconds")
-    serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+    serve.add_argument(
+        "--timeout", type=_positive(float), default=600.0, help="upstream read timeout in seconds (default 600)"
+    )
+    serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="log level (default info)")
     _think_arguments(serve)
     _preserve_argument(serve)
     _wire_argument(serve)
+    _ops_arguments(serve)
 
     response = commands.add_parser(
         "response", help="read an upstream response (JSON or SSE) on stdin, write what the client receives"
     )
-    response.add_argument("--request", required=True, metavar="REQUEST.json", help="the client's request body")
+    response.add_argument(
+        "--request", required=True, metavar="REQUEST.json", help="the client's request body (required)"
+    )
     response.add_argument(
         "--provider", choices=sorted(PROVIDERS), default="generic", help="target provider (default: generic)"
     )
@@ -87,20 +110,45 @@ def _parser() -> argparse.ArgumentParser:
         "request", help="read a client request body on stdin, write the body sent upstream on stdout"
     )
     request.add_argument(
-        "--provider", choices=sorted(PROVIDERS), default="generic", help="target provider (default: generic)"
+        "--provider", choices=sorted(PROVIDERS), help="target provider (default: generic; not with --catalog)"
     )
     request.add_argument(
-        "--catalog", metavar="FILE", help="route through this catalog; prints {route, body} instead of the body"
+        "--catalog",
+        metavar="FILE",
+        help="route through this catalog; prints {route, body} instead of the body (default: one provider)",
     )
-    request.add_argument("--session-id", help="the x-session-id header the request would carry")
+    request.add_argument(
+        "--session-id", help="the x-session-id header the request would carry, with --catalog (default: none)"
+    )
     _preserve_argument(request)
     _wire_argument(request)
 
     catalog = commands.add_parser("catalog", help="model catalog tools")
     catalog_commands = catalog.add_subparsers(dest="catalog_command", required=True, metavar="COMMAND")
-    check = catalog_commands.add_parser("check", help="load a catalog file and report its errors")
-    check.add_argument("file", metavar="FILE")
+    check = catalog_commands.add_parser("check", help="load a catalog file and report its errors and warnings")
+    check.add_argument("file", metavar="FILE", help="the catalog file (TOML)")
     return parser
+
+
+def _ops_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="log lines as text or as JSON objects, one per line (default text)",
+    )
+    parser.add_argument(
+        "--ops-prefix",
+        metavar="PREFIX",
+        default="",
+        help="path prefix of /healthz, /readyz and /metrics, e.g. /numi-mw; never /v1 (default: none, at the root)",
+    )
+    parser.add_argument(
+        "--metrics",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve Prometheus metrics at PREFIX/metrics (default: on)",
+    )
 
 
 def _wire_argument(parser: argparse.ArgumentParser) -> None:
@@ -196,15 +244,22 @@ def _rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn(path: str, text: bytes, catalog: Catalog) -> None:
+    """Write the warnings about a catalog file to stderr: keys no field reads (ignored) and effort names outside
+    spec 004's list (used as written, so a typo reroutes requests)."""
+    for warning in unknown_keys(text, path):
+        sys.stderr.write(f"{path}: warning: {warning} (ignored)\n")
+    for warning in unknown_efforts(catalog):
+        sys.stderr.write(f"{path}: warning: {warning}\n")
+
+
 def _catalog(args: argparse.Namespace) -> int:
     try:
         catalog = read_catalog(args.file)
     except CatalogError as error:
         sys.stderr.write(f"{error}\n")
         return 1
-    with open(args.file, "rb") as file:
-        for warning in unknown_keys(file.read(), args.file):
-            sys.stderr.write(f"{args.file}: warning: {warning} (ignored)\n")
+    _warn(args.file, read_text(args.file), catalog)
     endpoints = sum(len(model.endpoints) for model in catalog.models)
     print(f"{args.file}: ok: {len(catalog.providers)} providers, {len(catalog.models)} models, {endpoints} endpoints")
     return 0
@@ -216,7 +271,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from numi_mw.proxy import create_app
 
-    catalog = None
+    catalog: Catalog | None = None
     if args.upstream is None and args.provider is not None:
         sys.stderr.write("numi-mw serve: --provider goes with --upstream; a catalog names each provider\n")
         return 2
@@ -232,6 +287,8 @@ def _serve(args: argparse.Namespace) -> int:
         except CatalogError as error:
             sys.stderr.write(f"numi-mw serve: {error}\n")
             return 2
+        if args.catalog:
+            _warn(args.catalog, read_text(args.catalog), catalog)
     try:
         app = create_app(
             args.upstream,
@@ -243,18 +300,73 @@ def _serve(args: argparse.Namespace) -> int:
             think_start=args.think_start,
             preserve_reasoning=args.preserve_reasoning is not False,
             wire_api=args.wire_api,
+            ops_prefix=args.ops_prefix,
+            metrics=args.metrics,
         )
     except ValueError as error:
         sys.stderr.write(f"numi-mw serve: {error}\n")
         return 2
-    # The upstream's own date and server headers pass through; uvicorn adds none of its own.
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, server_header=False, date_header=False)
+    # The upstream's own date and server headers pass through; uvicorn adds none of its own. uvicorn's access log
+    # is replaced by numi_mw.access (method, path, status, sizes, timings, route: never a body, query or key).
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        log_config=log_config(args.log_level, args.log_format),
+        access_log=False,
+        server_header=False,
+        date_header=False,
+    )
+    _log_start(args, catalog)
+    uvicorn.Server(config).run()
     return 0
+
+
+def _log_start(args: argparse.Namespace, catalog: Catalog | None) -> None:
+    """Say at start-up where requests go and by which rules: the provider and wire API of the upstream (and
+    whether the provider was inferred from its host), or of every catalog provider; and the operations paths."""
+    if catalog is None:
+        origin = "--provider" if args.provider is not None else "inferred from the host; --provider picks another"
+        name = provider_rules(args.provider or infer_provider(args.upstream)).name
+        log.info(
+            "upstream %s: provider %s (%s), wire API %s",
+            _safe_url(args.upstream),
+            name,
+            origin,
+            args.wire_api or "openai-chat",
+        )
+    else:
+        source = args.catalog or f"numi_mw/{DEFAULT_CATALOG}"
+        for provider in catalog.providers:
+            log.info(
+                "catalog %s: provider %s at %s: rules %s, wire API %s",
+                source,
+                provider.name,
+                _safe_url(provider.base_url),
+                rules_for(provider).name,
+                provider.wire_api,
+            )
+    paths = ["healthz", "readyz", *(["metrics"] if args.metrics else [])]
+    log.info("operations: %s", ", ".join(f"{args.ops_prefix}/{path}" for path in paths))
+
+
+def _safe_url(url: str) -> str:
+    """``url`` without its user info and query, which can carry a key."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port is not None else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def _request(args: argparse.Namespace) -> int:
     if args.session_id and not args.catalog:
         sys.stderr.write("numi-mw request: --session-id needs --catalog\n")
+        return 2
+    if args.catalog and args.provider is not None:
+        sys.stderr.write("numi-mw request: --provider goes without --catalog; a catalog names each provider\n")
         return 2
     if args.catalog and (args.wire_api or args.preserve_reasoning is not None):
         sys.stderr.write(
@@ -271,7 +383,7 @@ def _request(args: argparse.Namespace) -> int:
             return 2
     else:
         preserve = args.preserve_reasoning is not False
-        target = fixed_route(provider_rules(args.provider), preserve=preserve, wire_api=args.wire_api)
+        target = fixed_route(provider_rules(args.provider or "generic"), preserve=preserve, wire_api=args.wire_api)
     body = sys.stdin.buffer.read()
     headers = {"x-session-id": args.session_id} if args.session_id else {}
     try:

@@ -13,6 +13,8 @@ import os
 import re
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote_to_bytes
 
@@ -24,6 +26,7 @@ from numi_mw.core.catalog import Catalog
 from numi_mw.core.errors import ApiError, bad_path, upstream_timeout, upstream_unavailable
 from numi_mw.core.request import PreparedRequest
 from numi_mw.core.response import BodyRewriter, ResponseOptions, StreamRewriter, response_options, think_tags_for
+from numi_mw.core.routing import Route
 from numi_mw.core.think import ThinkStart, ThinkTags
 
 log = logging.getLogger("numi_mw.upstream")
@@ -54,12 +57,65 @@ _FAILURES: dict[Stage, tuple[str, str, str]] = {
 stream): for a timeout, a body that cannot be decoded, anything else."""
 
 
+@dataclass(slots=True)
+class Exchange:
+    """What one request's call upstream was, for the operations layer (``numi_mw.proxy.ops``): names only, never
+    a body or a key. ``provider`` stays ``None`` for a request numi_mw answered itself.
+
+    Attributes:
+        provider: the name of the provider the request went to.
+        wire_api: the wire API the upstream was spoken to in.
+        endpoint: the catalog endpoint tag the request was routed to (catalog routes only).
+        model: the catalog model id of the route (catalog routes only).
+        failure: ``(stage, kind)`` of the upstream failure (``upstream_failure``), when one happened.
+    """
+
+    provider: str | None = None
+    wire_api: str | None = None
+    endpoint: str | None = None
+    model: str | None = None
+    failure: tuple[Stage, str] | None = None
+
+
+EXCHANGE: ContextVar[Exchange | None] = ContextVar("numi_mw_exchange", default=None)
+"""The ``Exchange`` of the request being served, when an operations layer set one (else ``None``)."""
+
+
+def note_upstream(name: str, wire_api: str, route: Route | None) -> None:
+    """Record in the current ``Exchange`` (when there is one) that the request goes to provider ``name`` in
+    ``wire_api``, on ``route`` (a chat completions request's) when given."""
+    exchange = EXCHANGE.get()
+    if exchange is None:
+        return
+    exchange.provider, exchange.wire_api = name, wire_api
+    if route is not None:
+        exchange.endpoint, exchange.model = route.endpoint, route.model
+
+
+def failure_kind(exc: httpx.RequestError) -> str:
+    """The kind of an httpx error, as metrics count it: ``timeout``, ``connect``, ``decode``, ``protocol``
+    (the upstream broke HTTP framing or closed the connection) or ``other``."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    if isinstance(exc, httpx.ConnectError):
+        return "connect"
+    if isinstance(exc, httpx.DecodingError):
+        return "decode"
+    if isinstance(exc, httpx.ProtocolError | httpx.ReadError | httpx.WriteError):
+        return "protocol"
+    return "other"
+
+
 def upstream_failure(exc: httpx.RequestError, stage: Stage) -> ApiError:
     """The one mapping of an httpx error to the API error the client receives (``docs/errors.md``): 504
     ``upstream_timeout`` for a timeout, else 502 ``upstream_unavailable``. Logged once, as a warning, by stage
-    and kind (never the body or the error's text, which can quote upstream bytes)."""
+    and kind (never the body or the error's text, which can quote upstream bytes), and noted in the current
+    ``Exchange``."""
     timeout, undecodable, other = _FAILURES[stage]
     log.warning("upstream %s failed: %s", stage, type(exc).__name__)
+    exchange = EXCHANGE.get()
+    if exchange is not None:
+        exchange.failure = (stage, failure_kind(exc))
     if isinstance(exc, httpx.TimeoutException):
         return upstream_timeout(timeout)
     return upstream_unavailable(undecodable if isinstance(exc, httpx.DecodingError) else other)

@@ -50,8 +50,8 @@ import numpy as np
 
 from tests.e2e_support import free_port, stop_process
 
-DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "numi_mw" / "llama-server-0.3.36"
-"""Where ``.ci/build-llama-server`` caches the binary (override with ``NUMI_MW_LLAMA_SERVER``)."""
+LLAMA_SERVER_VERSION = "0.3.36"
+"""The llama-cpp-python release whose llama.cpp sources ``.ci/build-llama-server`` builds."""
 
 REASONING = "Spell it out: s, t, r, a, w, b, e, r, r, y."
 CONTENT = "Three r's."
@@ -302,9 +302,16 @@ def write_model(
     writer.close()
 
 
+def cache_dir() -> Path:
+    """The cache ``.ci/build-llama-server`` and ``.ci/build-client-envs`` build into: ``$NUMI_MW_CACHE`` when it is
+    set and not empty, else ``~/.cache/numi_mw`` (the scripts' own ``${NUMI_MW_CACHE:-$HOME/.cache/numi_mw}``)."""
+    return Path(os.environ.get("NUMI_MW_CACHE") or Path.home() / ".cache" / "numi_mw")
+
+
 def llama_server_binary() -> Path:
-    """The llama-server binary to use: ``$NUMI_MW_LLAMA_SERVER`` or the CI build cache."""
-    return Path(os.environ.get("NUMI_MW_LLAMA_SERVER") or DEFAULT_LLAMA_SERVER)
+    """The llama-server binary to use: ``$NUMI_MW_LLAMA_SERVER`` when set, else where ``.ci/build-llama-server``
+    caches it (``cache_dir() / "llama-server-VERSION"``)."""
+    return Path(os.environ.get("NUMI_MW_LLAMA_SERVER") or cache_dir() / f"llama-server-{LLAMA_SERVER_VERSION}")
 
 
 def _log_tail(log: IO[bytes], limit: int = 4000) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -223,3 +224,136 @@ def test_think_start_with_think_tags_off_is_a_usage_error(
 ) -> None:
     assert main([*command, "--no-think-tags", "--think-start", "auto"]) == 2
     assert capsys.readouterr().err == f"numi-mw {command[0]}: --think-start has no effect with --no-think-tags\n"
+
+
+def test_catalog_check_warns_about_effort_names_outside_the_spec(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.toml"
+    typo.write_text(
+        '[[providers]]\nname = "x"\nbase_url = "http://a"\n[[models]]\nid = "m"\n[[models.endpoints]]\ntag = "t"\nprovider = "x"\n'
+        'reasoning = { supported_efforts = ["low", "hgih"], default_effort = "Medium" }\n'
+    )
+    result = run(["catalog", "check", str(typo)], b"")
+    assert result.returncode == 0
+    assert result.stderr.decode().splitlines() == [
+        f'{typo}: warning: models[0] (id "m"): endpoints[0].reasoning.supported_efforts[1]: effort "hgih" is not one of none, minimal, low, medium, high, xhigh, max; requests name the effort exactly',
+        f'{typo}: warning: models[0] (id "m"): endpoints[0].reasoning.default_effort: effort "Medium" is not one of none, minimal, low, medium, high, xhigh, max; requests name the effort exactly',
+    ]
+    assert result.stdout.decode() == f"{typo}: ok: 1 providers, 1 models, 1 endpoints\n"
+
+
+def test_the_packaged_catalog_has_no_warnings() -> None:
+    result = run(["catalog", "check", PACKAGED], b"")
+    assert (result.returncode, result.stderr) == (0, b"")
+
+
+def test_serve_prints_the_catalog_warnings_before_it_starts(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.toml"
+    typo.write_text(
+        '[[providers]]\nname = "x"\nbase_url = "http://a"\nkey = 1\n[[models]]\nid = "m"\n[[models.endpoints]]\ntag = "t"\nprovider = "x"\n'
+        'reasoning = { supported_efforts = ["hgih"] }\n'
+    )
+    # an unusable host makes uvicorn stop right after the warnings and the start-up lines
+    result = run(["serve", "--catalog", str(typo), "--host", "256.0.0.1", "--port", "8787"], b"")
+    lines = result.stderr.decode().splitlines()
+    assert lines[:2] == [
+        f'{typo}: warning: providers[0]: unknown key "key" (ignored)',
+        f'{typo}: warning: models[0] (id "m"): endpoints[0].reasoning.supported_efforts[0]: effort "hgih" is not one of none, minimal, low, medium, high, xhigh, max; requests name the effort exactly',
+    ]
+    assert lines[2].endswith(
+        f" INFO numi_mw.serve: catalog {typo}: provider x at http://a: rules generic, wire API openai-chat"
+    )
+    assert lines[3].endswith(" INFO numi_mw.serve: operations: /healthz, /readyz, /metrics")
+
+
+@pytest.mark.parametrize(
+    ("upstream", "expected"),
+    [
+        (
+            "http://127.0.0.1:8000/v1",
+            "upstream http://127.0.0.1:8000/v1: provider local (inferred from the host; --provider picks another), "
+            "wire API openai-chat",
+        ),
+        (
+            "https://user:secret@api.example.com/v1?api-key=sk-1",
+            "upstream https://api.example.com/v1: provider generic (inferred from the host; --provider picks "
+            "another), wire API openai-chat",
+        ),
+    ],
+)
+def test_serve_says_which_provider_and_wire_api_it_chose(upstream: str, expected: str) -> None:
+    result = run(["serve", "--upstream", upstream, "--host", "256.0.0.1", "--log-format", "json"], b"")
+    first = json.loads(result.stderr.decode().splitlines()[0])
+    assert set(first) == {"time", "level", "logger", "message"}
+    assert (first["level"], first["logger"], first["message"]) == ("info", "numi_mw.serve", expected)
+    assert b"secret" not in result.stderr and b"sk-1" not in result.stderr
+
+
+def test_serve_with_a_named_provider_says_so() -> None:
+    args = ["serve", "--upstream", "http://127.0.0.1:8000/v1", "--provider", "deepseek", "--wire-api", "openai-chat"]
+    result = run([*args, "--host", "256.0.0.1", "--ops-prefix", "/ops", "--no-metrics"], b"")
+    lines = result.stderr.decode().splitlines()
+    assert lines[0].endswith(
+        " INFO numi_mw.serve: upstream http://127.0.0.1:8000/v1: provider deepseek (--provider), wire API openai-chat"
+    )
+    assert lines[1].endswith(" INFO numi_mw.serve: operations: /ops/healthz, /ops/readyz")
+
+
+@pytest.mark.parametrize("upstream", ["not-a-url", "ftp://example.com/v1"])
+def test_serve_refuses_an_upstream_that_is_not_an_http_url(upstream: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--upstream", upstream]) == 2
+    assert capsys.readouterr().err == (
+        f"numi-mw serve: the upstream must be an http:// or https:// URL with a host, not {upstream!r}\n"
+    )
+
+
+def test_serve_refuses_an_ops_prefix_under_v1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--upstream", "http://127.0.0.1:8000/v1", "--ops-prefix", "/v1/ops"]) == 2
+    assert capsys.readouterr().err == (
+        "numi-mw serve: ops_prefix must not be under /v1, the path the sidecar forwards, not '/v1/ops'\n"
+    )
+
+
+@pytest.mark.parametrize(("option", "value"), [("--log-level", "loud"), ("--log-format", "xml")])
+def test_serve_refuses_an_unknown_log_level_or_format(
+    option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--upstream", "http://127.0.0.1:8000/v1", option, value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: invalid choice: '{value}'" in err
+    assert "Traceback" not in err
+
+
+def test_request_refuses_a_provider_with_a_catalog(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["request", "--provider", "openai", "--catalog", PACKAGED]) == 2
+    assert capsys.readouterr().err == (
+        "numi-mw request: --provider goes without --catalog; a catalog names each provider\n"
+    )
+
+
+def test_version() -> None:
+    result = run(["--version"], b"")
+    assert (result.returncode, result.stdout) == (0, b"numi-mw 0.1.0\n")
+
+
+def _actions(parser: Any) -> list[tuple[str, Any]]:
+    import argparse
+
+    found: list[tuple[str, Any]] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += [(f"{name} {label}", a) for label, a in _actions(sub)]
+        elif not isinstance(action, argparse._HelpAction | argparse._VersionAction) and action.option_strings:
+            found.append((action.option_strings[0], action))
+    return found
+
+
+def test_every_option_says_its_default_in_its_help() -> None:
+    from numi_mw.cli import _parser
+
+    actions = _actions(_parser())
+    assert len(actions) > 20
+    missing = [name for name, action in actions if "default" not in action.help and "required" not in action.help]
+    assert missing == []

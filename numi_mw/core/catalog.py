@@ -27,6 +27,10 @@ import msgspec
 from numi_mw.core.providers import PROVIDERS, WireApi
 from numi_mw.core.think import THINK_STARTS, ThinkStart
 
+COMMON_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+"""The effort values spec 004 names ("reasoning": "Common values include none, minimal, low, medium, high, xhigh
+and max; providers may accept others")."""
+
 ReasoningMode = Literal["effort", "enabled", "native", "none"]
 UnsupportedEffort = Literal["refuse", "nearest"]
 
@@ -248,12 +252,17 @@ def load_catalog(text: str | bytes, source: str) -> Catalog:
         The ``Catalog``.
 
     Raises:
-        CatalogError: the text is not UTF-8 or not TOML (the message names the line and column), a field has
-            the wrong type or value or a required field is missing (the message names the entry and the field
-            path), or the catalog is inconsistent: a provider name or model id appears twice, an endpoint names
-            a provider the catalog lacks, a ``base_url`` does not start with ``http://`` or ``https://``, a
-            model lists no endpoints, or a model lists an endpoint tag twice.
+        ValueError: ``source`` is not a ``str``.
+        CatalogError: ``text`` is not a ``str`` or ``bytes``; the text is not UTF-8 or not TOML (the message
+            names the line and column); a field has the wrong type or value or a required field is missing (the
+            message names the entry and the field path); or the catalog is inconsistent: a provider name or model
+            id appears twice, an endpoint names a provider the catalog lacks, a ``base_url`` does not start with
+            ``http://`` or ``https://``, a model lists no endpoints, or a model lists an endpoint tag twice.
     """
+    if not isinstance(source, str):
+        raise ValueError(f"source must be the file name (a str), not {source!r}")
+    if not isinstance(text, str | bytes):
+        raise CatalogError(source, None, None, f"a catalog is TOML text (str or bytes), not {type(text).__name__}")
     data = _parse_toml(text, source)
     try:
         catalog = msgspec.convert(data, Catalog)
@@ -448,4 +457,35 @@ def unknown_keys(text: str | bytes, source: str) -> list[str]:
             if isinstance(endpoint, dict):
                 check(endpoint.get("reasoning"), ReasoningCapabilities, f"{path}.reasoning")
                 check(endpoint.get("pricing"), Pricing, f"{path}.pricing")
+    return found
+
+
+def unknown_efforts(catalog: Catalog) -> list[str]:
+    """Effort names in a catalog's ``supported_efforts`` and ``default_effort`` outside spec 004's list
+    (``COMMON_EFFORTS``), often typos such as ``hgih``.
+
+    They are allowed (spec 004: "providers may accept others") and used as written, so a misspelled level makes
+    requests for the real one skip that endpoint; ``numi-mw catalog check`` and ``numi-mw serve`` report them as
+    warnings.
+
+    Returns:
+        One line per such name, e.g. ``models[0] (id "m"): endpoints[0].reasoning.supported_efforts[2]: effort
+        "hgih" is not one of none, minimal, low, medium, high, xhigh, max; requests name the effort exactly``.
+    """
+    found: list[str] = []
+    known = ", ".join(COMMON_EFFORTS)
+    for i, model in enumerate(catalog.models):
+        for j, endpoint in enumerate(model.endpoints):
+            reasoning = endpoint.reasoning
+            if reasoning is None:
+                continue
+            named = [(f"supported_efforts[{k}]", e) for k, e in enumerate(reasoning.supported_efforts or [])]
+            if reasoning.default_effort is not None:
+                named.append(("default_effort", reasoning.default_effort))
+            for field, effort in named:
+                if effort not in COMMON_EFFORTS:
+                    found.append(
+                        f'models[{i}] (id "{model.id}"): endpoints[{j}].reasoning.{field}: effort "{effort}" is '
+                        f"not one of {known}; requests name the effort exactly"
+                    )
     return found

@@ -22,7 +22,7 @@ from numi_mw.core.controls import ReasoningControls, fold_controls
 from numi_mw.core.errors import ApiError, invalid_request, provider_unavailable
 from numi_mw.core.fields import CONTROL_FIELDS, drop, splice
 from numi_mw.core.history import prepare_messages
-from numi_mw.core.providers import PROVIDERS, ControlsForm, ProviderRules, Replay, WireApi
+from numi_mw.core.providers import PROVIDERS, WIRE_API_NAMES, ControlsForm, ProviderRules, Replay, WireApi
 from numi_mw.core.think import ThinkStart
 
 
@@ -97,7 +97,16 @@ def rules_for(provider: Provider) -> ProviderRules:
 def fixed_route(provider: Provider | ProviderRules, *, preserve: bool = True, wire_api: WireApi | None = None) -> Route:
     """The route of every request to one upstream (the sidecar with ``--upstream``, the middleware): its rules
     (``rules_for``), its wire API (the provider's, unless ``wire_api`` names one), preservation as configured
-    (spec 000's filter then applies with it)."""
+    (spec 000's filter then applies with it).
+
+    Raises:
+        ValueError: ``provider`` is not a ``Provider`` or ``ProviderRules``, or ``wire_api`` is not ``None`` or a
+            wire API name.
+    """
+    if not isinstance(provider, Provider | ProviderRules):
+        raise ValueError(f"provider must be a Provider or ProviderRules (numi_mw.provider_rules), not {provider!r}")
+    if wire_api is not None and wire_api not in WIRE_API_NAMES:
+        raise ValueError(f"wire_api must be one of {', '.join(WIRE_API_NAMES)}, not {wire_api!r}")
     if isinstance(provider, ProviderRules):
         return Route(provider, wire_api or "openai-chat", preserve=preserve)
     return Route(rules_for(provider), wire_api or provider.wire_api, provider, preserve=preserve)

@@ -842,7 +842,9 @@ class ThinkTags:
         harmony: split gpt-oss harmony channels too.
 
     Raises:
-        ValueError: ``start`` is not one of ``THINK_STARTS``, or a bound is negative.
+        ValueError: ``families`` is not a nonempty sequence of (opening, closing) pairs of nonempty strings,
+            ``start`` is not one of ``THINK_STARTS``, a bound is not a whole number of characters (0 or more), or
+            ``harmony`` is not a boolean.
     """
 
     families: tuple[tuple[str, str], ...] = TAG_FAMILIES
@@ -852,10 +854,28 @@ class ThinkTags:
     harmony: bool = True
 
     def __post_init__(self) -> None:
+        families = self.families
+        if (
+            isinstance(families, str | bytes)
+            or not isinstance(families, tuple | list)
+            or not families
+            or not all(
+                isinstance(pair, tuple | list) and len(pair) == 2 and all(isinstance(tag, str) and tag for tag in pair)
+                for pair in families
+            )
+        ):
+            raise ValueError(
+                f"families must be (opening, closing) pairs of nonempty strings, such as (('<think>', "
+                f"'</think>'),), not {families!r}"
+            )
         if self.start not in THINK_STARTS:
             raise ValueError(f"think start {self.start!r} is not one of: {', '.join(THINK_STARTS)}")
-        if self.lookahead_chars < 0 or self.switch_chars < 0:
-            raise ValueError("lookahead_chars and switch_chars must be >= 0")
+        for name in ("lookahead_chars", "switch_chars"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a whole number of characters, 0 or more, not {value!r}")
+        if not isinstance(self.harmony, bool):
+            raise ValueError(f"harmony must be true or false, not {self.harmony!r}")
 
     def splitter(self) -> ThinkSplitter:
         """A new splitter for one stream's choice."""

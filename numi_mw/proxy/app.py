@@ -24,6 +24,7 @@ import anyio
 import httpx
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route as StarletteRoute
@@ -47,10 +48,12 @@ from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, pr
 from numi_mw.core.response import ResponseOptions, StreamRewriter, choose_rewriter
 from numi_mw.core.routing import Route, fixed_route
 from numi_mw.core.think import ThinkStart, ThinkTags
+from numi_mw.proxy.ops import Operations, check_ops_prefix
 from numi_mw.upstream import (
     DECODED,
     answer_options,
     api_keys,
+    note_upstream,
     relay,
     relayed_headers,
     target_url,
@@ -230,6 +233,7 @@ class _Sidecar:
         provider = self.default
         raw = request.headers.raw
         path = request.scope.get("raw_path") or request.url.path.encode()
+        route: Route | None = None
         if is_chat_completions(method, request.url.path):
             declared = request.headers.get("content-length")
             body = await read_body(request.receive, self.max_body_bytes, declared.encode() if declared else None)
@@ -258,6 +262,7 @@ class _Sidecar:
         headers = upstream_headers(headers, adapter, key, translated=translated)
         url = target_url(provider.base_url, path, request.scope.get("query_string", b""))
         request_out = self.client.build_request(method, url, headers=headers, content=content)
+        note_upstream(provider.name, route.wire_api if route is not None else provider.wire_api, route)
         return _Call(request_out, options, adjustments, isinstance(content, bytes))
 
     async def answer(self, upstream: httpx.Response, call: _Call) -> Response:
@@ -409,6 +414,8 @@ def create_app(
     think_start: ThinkStart | None = None,
     preserve_reasoning: bool = True,
     wire_api: WireApi | None = None,
+    ops_prefix: str = "",
+    metrics: bool = True,
 ) -> Starlette:
     """Build the sidecar app: in front of one upstream, or routing through a model catalog.
 
@@ -435,12 +442,18 @@ def create_app(
             ``anthropic-messages`` or ``openai-responses`` chat completions requests go to ``<upstream>/messages``
             or ``<upstream>/responses``, translated, and their answers come back as chat completions
             (``docs/wire-apis.md``); a catalog says it per provider.
+        ops_prefix: where the operations paths are (``numi_mw.proxy.ops``): ``{ops_prefix}/healthz``,
+            ``{ops_prefix}/readyz``, ``{ops_prefix}/metrics``, answered by numi_mw and never forwarded; ``""`` puts
+            them at the root, outside the ``/v1`` the sidecar forwards (``docs/sidecar.md``, "Operations").
+        metrics: count requests in Prometheus metrics served at ``{ops_prefix}/metrics``; ``False`` leaves that
+            path to the upstream.
 
     Raises:
         ValueError: neither or both of ``upstream`` and ``catalog``; ``upstream`` is not an ``http://`` or
             ``https://`` URL with a host; ``provider`` is not a known provider name; ``wire_api`` is not a known
             wire API, or is given with a catalog; an option of the wrong type or range (``max_body_bytes``,
-            ``timeout``, ``think_tags``, ``think_start``, ``preserve_reasoning``).
+            ``timeout``, ``think_tags``, ``think_start``, ``preserve_reasoning``, ``transport``, ``ops_prefix``,
+            ``metrics``).
 
     Errors reach the client as the OpenAI-style error body (``docs/errors.md``). An upstream's own error
     response is passed through unchanged.
@@ -459,8 +472,17 @@ def create_app(
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
     ):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    if isinstance(timeout, httpx.Timeout) and any(
+        value is not None and not value > 0 for value in (timeout.connect, timeout.read, timeout.write, timeout.pool)
+    ):
+        raise ValueError(f"timeout's values must be positive numbers of seconds or None, not {timeout!r}")
+    if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+        raise ValueError(f"transport must be an httpx.AsyncBaseTransport, not {transport!r}")
     if upstream is not None:
         check_upstream(upstream)
+    check_ops_prefix(ops_prefix)
+    if not isinstance(metrics, bool):
+        raise ValueError(f"metrics must be true or false, not {metrics!r}")
     target: Route | Catalog
     if upstream is not None:
         name = provider_rules(provider if provider is not None else infer_provider(upstream)).name
@@ -480,6 +502,7 @@ def create_app(
     )
     app = Starlette(
         routes=[StarletteRoute("/{path:path}", sidecar, methods=_METHODS)],
+        middleware=[Middleware(Operations, sidecar=sidecar, prefix=ops_prefix, metrics=metrics)],
         lifespan=sidecar.lifespan,
     )
     app.state.sidecar = sidecar

@@ -1,0 +1,448 @@
+"""What operators of a gateway expect from the sidecar: health and readiness probes, Prometheus metrics and one
+access log line per request (``docs/sidecar.md``, "Operations").
+
+``Operations`` is an ASGI middleware ``create_app`` puts in front of the sidecar. It answers ``GET
+{prefix}/healthz``, ``{prefix}/readyz`` and ``{prefix}/metrics`` itself (never forwarded), and around every other
+request it measures sizes and times, counts the request in the app's own ``prometheus_client`` registry and logs
+one line on the ``numi_mw.access`` logger. Logs and metrics carry names, sizes and times only: never a body, a
+header value, a query string or an exception's text (spec 000: stored traces can hold sensitive content).
+``log_config`` is the logging configuration ``numi-mw serve`` hands to uvicorn.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+import httpx
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from numi_mw.core.codec import encode
+from numi_mw.upstream import EXCHANGE, Exchange, target_url
+
+if TYPE_CHECKING:
+    from numi_mw.proxy.app import _Sidecar
+
+access_log = logging.getLogger("numi_mw.access")
+
+OPS_PATHS = ("healthz", "readyz", "metrics")
+"""The operations paths, under the prefix: ``{prefix}/healthz``, ``{prefix}/readyz``, ``{prefix}/metrics``."""
+
+READY_TTL = 5.0
+"""Seconds a readiness answer is reused, so that a storm of probes reaches each upstream at most once in that
+time."""
+
+PROBE_TIMEOUT = 2.0
+"""Seconds each upstream has to answer the readiness probe, connecting included."""
+
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
+
+_DURATIONS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+"""Histogram buckets in seconds: reasoning models can take minutes before the first byte."""
+
+_REASONING_TOKENS = re.compile(rb'"reasoning_tokens"\s*:\s*(\d+)')
+_KEY = b'"reasoning_tokens"'
+_SEAM = 64
+"""Bytes on each side of the boundary between two body messages that are searched together, so that a count a
+relayed body splits across two messages is read whole (a match is shorter than this)."""
+
+
+class _TokenCount:
+    """The reasoning token count of one response body, read from the usage in the bytes the client receives:
+    the last ``"reasoning_tokens": N`` wins (a stream's usage chunk, or a buffered body's ``usage``). A key inside a
+    JSON string has its quotes escaped, so only real keys match."""
+
+    __slots__ = ("tail", "value")
+
+    def __init__(self) -> None:
+        self.tail = b""
+        self.value: int | None = None
+
+    def feed(self, body: bytes) -> None:
+        if self.tail:
+            seam = self.tail + body[:_SEAM]
+            if _KEY in seam:
+                self._scan(seam)
+        if _KEY in body:
+            self._scan(body)
+        self.tail = body[-_SEAM:]
+
+    def _scan(self, data: bytes) -> None:
+        for match in _REASONING_TOKENS.finditer(data):
+            self.value = int(match[1])
+
+
+def check_ops_prefix(prefix: object) -> str:
+    """Check the path prefix of the operations paths.
+
+    Returns:
+        ``prefix`` itself: ``""`` (the paths are ``/healthz``, ``/readyz``, ``/metrics``) or a path such as
+        ``/numi-mw``.
+
+    Raises:
+        ValueError: ``prefix`` is not a string, is not empty and does not start with ``/``, ends with ``/``, has
+            an empty, ``.`` or ``..`` segment or a ``?``, ``#`` or ``%``, or is ``/v1`` or under it (the namespace
+            the sidecar forwards, which the operations paths must never shadow).
+    """
+    if not isinstance(prefix, str):
+        raise ValueError(f"ops_prefix must be a string such as '' or '/numi-mw', not {prefix!r}")
+    if prefix == "":
+        return prefix
+    segments = prefix.split("/")
+    if (
+        not prefix.startswith("/")
+        or any(segment in ("", ".", "..") for segment in segments[1:])
+        or any(char in prefix for char in "?#% ")
+    ):
+        raise ValueError(f"ops_prefix must be empty or a path such as /numi-mw (no trailing /), not {prefix!r}")
+    if segments[1] == "v1":
+        raise ValueError(f"ops_prefix must not be under /v1, the path the sidecar forwards, not {prefix!r}")
+    return prefix
+
+
+class Metrics:
+    """The sidecar's Prometheus metrics, in a registry of its own (two apps in one process never share one).
+
+    Attributes:
+        registry: the ``prometheus_client.CollectorRegistry`` that ``{prefix}/metrics`` renders.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ("route", "provider", "wire_api")
+        self.requests = Counter(
+            "numi_mw_requests",
+            "Requests answered, by route (catalog endpoint tag, else provider; numi_mw: answered by numi_mw), "
+            "provider, wire API and status.",
+            (*labels, "status"),
+            registry=self.registry,
+        )
+        self.first_byte = Histogram(
+            "numi_mw_time_to_first_byte_seconds",
+            "Seconds from the request's arrival to the first byte of the response body.",
+            labels,
+            buckets=_DURATIONS,
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "numi_mw_request_duration_seconds",
+            "Seconds from the request's arrival to the end of the response body.",
+            labels,
+            buckets=_DURATIONS,
+            registry=self.registry,
+        )
+        self.open_streams = Gauge(
+            "numi_mw_open_streams", "Event streams being sent to clients now.", registry=self.registry
+        )
+        self.reasoning_tokens = Counter(
+            "numi_mw_reasoning_tokens",
+            "Reasoning tokens in the usage of answers (completion_tokens_details.reasoning_tokens).",
+            labels,
+            registry=self.registry,
+        )
+        self.upstream_errors = Counter(
+            "numi_mw_upstream_errors",
+            "Upstream failures, by stage (send, body, stream) and kind (timeout, connect, decode, protocol, other).",
+            ("stage", "kind"),
+            registry=self.registry,
+        )
+
+
+@dataclass(slots=True)
+class _Probe:
+    name: str
+    ready: bool
+    status: int | None = None
+    error: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "ready": self.ready}
+        if self.status is not None:
+            out["status"] = self.status
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+class _Readiness:
+    """Whether every upstream answers: ``GET {base_url}/models`` without a key, any HTTP status counting as an
+    answer, within ``PROBE_TIMEOUT`` seconds; the result is reused for ``READY_TTL`` seconds and one probe runs at
+    a time."""
+
+    def __init__(self, sidecar: _Sidecar) -> None:
+        self.sidecar = sidecar
+        self.lock = anyio.Lock()
+        self.checked = -READY_TTL
+        self.probes: list[_Probe] = []
+
+    async def answer(self) -> tuple[int, bytes]:
+        async with self.lock:
+            if time.monotonic() - self.checked >= READY_TTL:
+                self.probes = await self._check()
+                self.checked = time.monotonic()
+        ready = all(probe.ready for probe in self.probes)
+        body = {"status": "ready" if ready else "unavailable", "providers": [p.describe() for p in self.probes]}
+        return (200 if ready else 503), encode(body)
+
+    async def _check(self) -> list[_Probe]:
+        sidecar = self.sidecar
+        providers = sidecar.catalog.providers if sidecar.catalog is not None else [sidecar.default]
+        probes = [_Probe(provider.name, False, error="NotStarted") for provider in providers]
+        client = sidecar.client
+        if client is None:  # the lifespan has not started: nothing can be forwarded yet
+            return probes
+
+        async def probe(i: int, base_url: str) -> None:
+            try:
+                url = target_url(base_url, b"/models", b"")
+                request = client.build_request("GET", url, headers={"accept-encoding": "identity"})
+                response = await client.send(request, stream=True)
+                await response.aclose()
+            except (httpx.RequestError, httpx.InvalidURL) as exc:
+                probes[i] = _Probe(providers[i].name, False, error=type(exc).__name__)
+            else:
+                probes[i] = _Probe(providers[i].name, True, status=response.status_code)
+
+        with anyio.move_on_after(PROBE_TIMEOUT):
+            async with anyio.create_task_group() as group:
+                for i, provider in enumerate(providers):
+                    probes[i] = _Probe(provider.name, False, error="Timeout")
+                    group.start_soon(probe, i, provider.base_url)
+        return probes
+
+
+class Operations:
+    """ASGI middleware: the operations paths, and measuring and logging every other request.
+
+    Args:
+        app: the sidecar's ASGI app.
+        sidecar: the sidecar (its upstreams and client, for the readiness probe).
+        prefix: the operations paths' prefix (``check_ops_prefix``).
+        metrics: serve ``{prefix}/metrics`` and count; ``False`` leaves that path to the upstream.
+    """
+
+    def __init__(self, app: ASGIApp, *, sidecar: _Sidecar, prefix: str, metrics: bool) -> None:
+        self.app = app
+        self.health = f"{prefix}/healthz"
+        self.ready = f"{prefix}/readyz"
+        self.metrics_path = f"{prefix}/metrics" if metrics else None
+        self.metrics = Metrics() if metrics else None
+        self.readiness = _Readiness(sidecar)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if path == self.health:
+            await _answer(scope, send, 200, b'{"status":"ok"}', b"application/json")
+        elif path == self.ready:
+            status, body = await self.readiness.answer()
+            await _answer(scope, send, status, body, b"application/json")
+        elif path == self.metrics_path and self.metrics is not None:
+            await _answer(scope, send, 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST.encode())
+        else:
+            await self._observed(scope, receive, send)
+
+    async def _observed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        start = time.perf_counter()
+        exchange = Exchange()
+        token = EXCHANGE.set(exchange)
+        sizes = [0, 0]  # request bytes, response bytes
+        status = 0
+        first: float | None = None
+        streaming = False
+        tokens = _TokenCount()
+
+        async def counting_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                sizes[0] += len(message.get("body", b""))
+            return message
+
+        async def observing_send(message: Message) -> None:
+            nonlocal status, first, streaming
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                streaming = _is_event_stream(message.get("headers", ()))
+                if streaming and self.metrics is not None:
+                    self.metrics.open_streams.inc()
+            elif message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                if first is None:
+                    first = time.perf_counter()
+                sizes[1] += len(body)
+                tokens.feed(body)
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, observing_send)
+        except Exception:
+            if status == 0:
+                status = 500  # what the server answers for an exception before the response started
+            raise
+        finally:
+            EXCHANGE.reset(token)
+            end = time.perf_counter()
+            if streaming and self.metrics is not None:
+                self.metrics.open_streams.dec()
+            ttfb = (first if first is not None else end) - start
+            self._record(scope, exchange, status, sizes, ttfb, end - start, tokens.value)
+
+    def _record(
+        self,
+        scope: Scope,
+        exchange: Exchange,
+        status: int,
+        sizes: list[int],
+        ttfb: float,
+        total: float,
+        reasoning: int | None,
+    ) -> None:
+        route = exchange.endpoint or exchange.provider or "numi_mw"
+        if self.metrics is not None:
+            labels = (route, exchange.provider or "", exchange.wire_api or "")
+            self.metrics.requests.labels(*labels, str(status)).inc()
+            self.metrics.first_byte.labels(*labels).observe(ttfb)
+            self.metrics.duration.labels(*labels).observe(total)
+            if reasoning is not None:
+                self.metrics.reasoning_tokens.labels(*labels).inc(reasoning)
+            if exchange.failure is not None:
+                self.metrics.upstream_errors.labels(*exchange.failure).inc()
+        if not access_log.isEnabledFor(logging.INFO):
+            return
+        fields: dict[str, Any] = {
+            "method": scope["method"],
+            "path": scope["path"],
+            "status": status,
+            "request_bytes": sizes[0],
+            "response_bytes": sizes[1],
+            "ttfb_s": round(ttfb, 6),
+            "total_s": round(total, 6),
+            "route": route,
+        }
+        for key in ("provider", "model", "wire_api"):
+            value = getattr(exchange, key)
+            if value is not None:
+                fields[key] = value
+        if exchange.failure is not None:
+            fields["upstream_error"] = f"{exchange.failure[0]}:{exchange.failure[1]}"
+        text = " ".join(f"{key}={value}" for key, value in fields.items())
+        access_log.info("%s", text, extra={"access": fields})
+
+
+def _is_event_stream(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name.lower() == b"content-type":
+            return value.split(b";")[0].strip().lower() == b"text/event-stream"
+    return False
+
+
+async def _answer(scope: Scope, send: Send, status: int, body: bytes, media_type: bytes) -> None:
+    """A whole response of numi_mw's own: ``GET`` and ``HEAD`` get ``body``; other methods 405 with ``allow``."""
+    headers = [(b"content-type", media_type), (b"cache-control", b"no-store")]
+    if scope["method"] not in ("GET", "HEAD"):
+        status, body, headers = 405, b"", [(b"allow", b"GET, HEAD")]
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+
+
+def withheld_exception(exc: BaseException) -> str:
+    """A traceback of ``exc`` and the exceptions it was raised from or during, with every frame but none of the
+    exceptions' text: an exception's message can quote request or upstream bytes (an HTTP parser's error quotes
+    the line it could not read)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    chain: list[BaseException] = []
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    for i, item in enumerate(reversed(chain)):
+        if i:
+            parts.append("\nDuring handling of the above exception, another exception occurred:\n\n")
+        parts.append("Traceback (most recent call last):\n")
+        parts.extend(traceback.format_tb(item.__traceback__))
+        parts.append(f"{type(item).__module__}.{type(item).__qualname__} (message withheld)")
+    return "".join(parts)
+
+
+class TextFormatter(logging.Formatter):
+    """``TIME LEVEL LOGGER: MESSAGE``; an exception's traceback without its text (``withheld_exception``)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatException(self, ei: Any) -> str:
+        return withheld_exception(ei[1]) if ei and ei[1] is not None else ""
+
+    def formatStack(self, stack_info: str) -> str:
+        return stack_info
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line: ``time`` (ISO 8601, UTC), ``level``, ``logger``, then the access log's fields
+    (``method``, ``path``, ``status``, ``request_bytes``, ``response_bytes``, ``ttfb_s``, ``total_s``, ``route``
+    and, when known, ``provider``, ``model``, ``wire_api``, ``upstream_error``) or ``message``; ``exception``
+    holds a traceback without the exception's text."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+        }
+        access = getattr(record, "access", None)
+        if isinstance(access, dict):
+            out.update(access)
+        else:
+            out["message"] = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            out["exception"] = withheld_exception(record.exc_info[1])
+        return json.dumps(out, ensure_ascii=False)
+
+
+def log_config(level: str, log_format: LogFormat) -> dict[str, Any]:
+    """The ``logging.config.dictConfig`` configuration ``numi-mw serve`` gives uvicorn (``log_config``): the
+    ``numi_mw`` and uvicorn loggers write to stderr at ``level`` (a uvicorn level name: ``critical``, ``error``,
+    ``warning``, ``info``, ``debug``, ``trace``) through ``TextFormatter`` or ``JSONFormatter``; uvicorn's own
+    access log is replaced by ``numi_mw.access``; ``httpx`` and ``httpcore``, which log whole upstream URLs (a
+    query can carry a key) at ``info``, log warnings only.
+
+    Raises:
+        ValueError: ``log_format`` is not ``text`` or ``json``.
+    """
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log_format must be one of {', '.join(LOG_FORMATS)}, not {log_format!r}")
+    formatter = TextFormatter if log_format == "text" else JSONFormatter
+    name = level.upper()
+    handler = {"handlers": ["stderr"], "level": name, "propagate": False}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"numi_mw": {"()": f"{__name__}.{formatter.__name__}"}},
+        "handlers": {
+            "stderr": {"class": "logging.StreamHandler", "formatter": "numi_mw", "stream": "ext://sys.stderr"}
+        },
+        "loggers": {
+            "numi_mw": handler,
+            "uvicorn": handler,
+            "uvicorn.error": {"level": name},
+            "uvicorn.access": {"handlers": [], "level": "CRITICAL", "propagate": False},
+            # httpx logs each request's whole URL at info, query string included
+            "httpx": {"level": "WARNING"},
+            "httpcore": {"level": "WARNING"},
+        },
+    }

@@ -1,0 +1,471 @@
+"""The sidecar's operations paths (``/healthz``, ``/readyz``, ``/metrics``), its access log and what its logs never
+carry (``docs/sidecar.md``, "Operations")."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from numi_mw import create_app, load_catalog
+from numi_mw.proxy.ops import JSONFormatter, TextFormatter, _TokenCount, log_config
+from tests.e2e_support import free_port, numi_mw_command, stop_process, wait_for_port
+
+UPSTREAM = "http://127.0.0.1:8000/v1"
+SECRET_KEY = "sk-SECRET-KEY-0001"
+SECRET_PROMPT = "SECRET-PROMPT-0002"
+SECRET_REASONING = "SECRET-REASONING-0003"
+SECRETS = (SECRET_KEY, SECRET_PROMPT, SECRET_REASONING)
+STREAM = (
+    b'data: {"id":"c1","choices":[{"index":0,"delta":{"reasoning_content":"SECRET-REASONING-0003"},"finish_reason":null}]}\n\n'
+    b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Hi."},"finish_reason":"stop"}]}\n\n'
+    b'data: {"id":"c1","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9,"completion_tokens_details":{"reasoning_tokens":7}}}\n\n'
+    b"data: [DONE]\n\n"
+)
+REQUEST = {"model": "m", "stream": True, "messages": [{"role": "user", "content": SECRET_PROMPT}]}
+HEADERS = {"authorization": f"Bearer {SECRET_KEY}"}
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def answering(calls: list[str] | None = None) -> Handler:
+    """An upstream whose ``/models`` answers 401 (no key is sent) and whose chat completions stream ``STREAM``."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if calls is not None:
+            calls.append(f"{request.method} {request.url}")
+        if request.url.path.endswith("/models"):
+            return httpx.Response(401, json={"error": {"message": "no key"}})
+        return httpx.Response(200, stream=httpx.ByteStream(STREAM), headers={"content-type": "text/event-stream"})
+
+    return handle
+
+
+def refusing(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+
+def client_for(handler: Handler, **options: Any) -> TestClient:
+    return TestClient(create_app(UPSTREAM, transport=httpx.MockTransport(handler), **options))
+
+
+# --- health and readiness --------------------------------------------------------------------------------------
+
+
+def test_healthz_is_answered_by_numi_mw() -> None:
+    calls: list[str] = []
+    with client_for(answering(calls)) as client:
+        response = client.get("/healthz")
+        head = client.head("/healthz")
+        post = client.post("/healthz")
+    assert (response.status_code, response.content) == (200, b'{"status":"ok"}')
+    assert response.headers["content-type"] == "application/json"
+    assert response.headers["cache-control"] == "no-store"
+    assert (head.status_code, head.content, head.headers["content-length"]) == (200, b"", "15")
+    assert (post.status_code, post.content, post.headers["allow"]) == (405, b"", "GET, HEAD")
+    assert calls == []
+
+
+def test_v1_paths_of_the_same_names_still_reach_the_upstream() -> None:
+    calls: list[str] = []
+    with client_for(answering(calls)) as client:
+        for path in ("/v1/healthz", "/v1/readyz", "/v1/metrics"):
+            client.get(path)
+    assert calls == [
+        "GET http://127.0.0.1:8000/v1/healthz",
+        "GET http://127.0.0.1:8000/v1/readyz",
+        "GET http://127.0.0.1:8000/v1/metrics",
+    ]
+
+
+def test_an_ops_prefix_moves_the_paths() -> None:
+    calls: list[str] = []
+    with client_for(answering(calls), ops_prefix="/numi-mw") as client:
+        assert client.get("/numi-mw/healthz").content == b'{"status":"ok"}'
+        assert client.get("/numi-mw/metrics").status_code == 200
+        client.get("/healthz")  # no longer numi_mw's: forwarded
+    assert calls == ["GET http://127.0.0.1:8000/v1/healthz"]
+
+
+def test_readyz_is_ready_when_the_upstream_answers_with_any_status() -> None:
+    calls: list[str] = []
+    with client_for(answering(calls)) as client:
+        first = client.get("/readyz", headers=HEADERS)
+        second = client.get("/readyz")
+    expected = b'{"status":"ready","providers":[{"name":"local","ready":true,"status":401}]}'
+    assert (first.status_code, first.content) == (200, expected)
+    assert (second.status_code, second.content) == (200, expected)
+    assert calls == ["GET http://127.0.0.1:8000/v1/models"]  # once: the answer is reused for READY_TTL seconds
+
+
+def test_readyz_sends_no_key() -> None:
+    seen: list[httpx.Headers] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers)
+        return httpx.Response(200, json={"data": []})
+
+    with client_for(handle) as client:
+        client.get("/readyz", headers=HEADERS)
+    assert "authorization" not in seen[0]
+
+
+def test_readyz_is_503_when_the_upstream_cannot_be_reached() -> None:
+    with client_for(refusing) as client:
+        response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json() == {
+        "status": "unavailable",
+        "providers": [{"name": "local", "ready": False, "error": "ConnectError"}],
+    }
+
+
+CATALOG = b"""
+[[providers]]
+name = "up"
+base_url = "http://127.0.0.1:8001/v1?api-version=2"
+api_key_env = "NUMI_MW_TEST_NO_SUCH_KEY"
+[[providers]]
+name = "down"
+base_url = "http://127.0.0.1:8002/v1"
+[[models]]
+id = "a/m"
+[[models.endpoints]]
+tag = "up/m"
+provider = "up"
+"""
+
+
+def test_readyz_names_every_catalog_provider() -> None:
+    calls: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        calls.append(str(request.url))
+        if request.url.port == 8002:
+            raise httpx.ConnectTimeout("timed out", request=request)
+        return httpx.Response(200, json={"data": []})
+
+    app = create_app(catalog=load_catalog(CATALOG, "c.toml"), transport=httpx.MockTransport(handle))
+    with TestClient(app) as client:
+        response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json() == {
+        "status": "unavailable",
+        "providers": [
+            {"name": "up", "ready": True, "status": 200},
+            {"name": "down", "ready": False, "error": "ConnectTimeout"},
+        ],
+    }
+    assert sorted(calls) == ["http://127.0.0.1:8001/v1/models?api-version=2", "http://127.0.0.1:8002/v1/models"]
+
+
+# --- metrics ---------------------------------------------------------------------------------------------------
+
+LABELS = 'provider="local",route="local",wire_api="openai-chat"'
+
+
+def metric_lines(client: TestClient) -> list[str]:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=")
+    return [line for line in response.text.splitlines() if not line.startswith("#")]
+
+
+def test_metrics_count_requests_streams_and_reasoning_tokens() -> None:
+    with client_for(answering()) as client:
+        for _ in range(2):
+            response = client.post("/v1/chat/completions", json=REQUEST, headers=HEADERS)
+            assert response.status_code == 200
+        refused = client.post("/v1/chat/completions", content=b"{")
+        assert refused.status_code == 400
+        client.get("/healthz")  # not counted: the operations paths are numi_mw's own
+        lines = metric_lines(client)
+    assert 'numi_mw_requests_total{provider="local",route="local",status="200",wire_api="openai-chat"} 2.0' in lines
+    assert 'numi_mw_requests_total{provider="",route="numi_mw",status="400",wire_api=""} 1.0' in lines
+    assert f"numi_mw_reasoning_tokens_total{{{LABELS}}} 14.0" in lines
+    assert f"numi_mw_time_to_first_byte_seconds_count{{{LABELS}}} 2.0" in lines
+    assert f"numi_mw_request_duration_seconds_count{{{LABELS}}} 2.0" in lines
+    assert f'numi_mw_request_duration_seconds_bucket{{le="+Inf",{LABELS}}} 2.0' in lines
+    assert "numi_mw_open_streams 0.0" in lines
+    assert not any(line.startswith("numi_mw_upstream_errors_total{") for line in lines)
+
+
+def test_metrics_count_upstream_errors_by_stage_and_kind() -> None:
+    with client_for(refusing) as client:
+        response = client.post("/v1/chat/completions", json=REQUEST)
+        lines = metric_lines(client)
+    assert response.status_code == 502
+    assert 'numi_mw_upstream_errors_total{kind="connect",stage="send"} 1.0' in lines
+    assert 'numi_mw_requests_total{provider="local",route="local",status="502",wire_api="openai-chat"} 1.0' in lines
+
+
+def test_catalog_requests_are_counted_by_endpoint() -> None:
+    app = create_app(catalog=load_catalog(CATALOG, "c.toml"), transport=httpx.MockTransport(answering()))
+    with TestClient(app) as client:
+        client.post("/v1/chat/completions", json={**REQUEST, "model": "a/m"})
+        client.get("/v1/models")  # served from the catalog
+        lines = metric_lines(client)
+    assert 'numi_mw_requests_total{provider="up",route="up/m",status="200",wire_api="openai-chat"} 1.0' in lines
+    assert 'numi_mw_requests_total{provider="",route="numi_mw",status="200",wire_api=""} 1.0' in lines
+
+
+def test_two_apps_keep_their_own_metrics() -> None:
+    with client_for(answering()) as one, client_for(answering()) as two:
+        one.post("/v1/chat/completions", json=REQUEST)
+        assert f"numi_mw_reasoning_tokens_total{{{LABELS}}} 7.0" in metric_lines(one)
+        assert not any(line.startswith("numi_mw_reasoning_tokens_total{") for line in metric_lines(two))
+
+
+def test_without_metrics_the_path_goes_upstream() -> None:
+    calls: list[str] = []
+    with client_for(answering(calls), metrics=False) as client:
+        client.get("/metrics")
+        client.post("/v1/chat/completions", json=REQUEST)
+    assert calls[0] == "GET http://127.0.0.1:8000/v1/metrics"
+
+
+# --- the access log --------------------------------------------------------------------------------------------
+
+
+def access_fields(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [record.access for record in caplog.records if record.name == "numi_mw.access"]  # type: ignore[attr-defined]
+
+
+def test_one_access_line_per_request_with_sizes_timings_and_route(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="numi_mw")
+    body = json.dumps(REQUEST).encode()
+    with client_for(answering()) as client:
+        client.post(f"/v1/chat/completions?key={SECRET_KEY}", content=body, headers=HEADERS)
+        client.get("/healthz")
+    [fields] = access_fields(caplog)
+    assert list(fields) == [
+        "method",
+        "path",
+        "status",
+        "request_bytes",
+        "response_bytes",
+        "ttfb_s",
+        "total_s",
+        "route",
+        "provider",
+        "wire_api",
+    ]
+    assert {key: fields[key] for key in ("method", "path", "status", "request_bytes", "route", "provider")} == {
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "status": 200,
+        "request_bytes": len(body),
+        "route": "local",
+        "provider": "local",
+    }
+    assert fields["wire_api"] == "openai-chat"
+    assert fields["response_bytes"] > len(STREAM)  # normalized: reasoning and reasoning_details
+    assert 0 <= fields["ttfb_s"] <= fields["total_s"]
+    line = JSONFormatter().format(next(r for r in caplog.records if r.name == "numi_mw.access"))
+    parsed = json.loads(line)
+    assert list(parsed) == ["time", "level", "logger", *fields]
+    assert (parsed["level"], parsed["logger"]) == ("info", "numi_mw.access")
+
+
+def test_a_catalog_route_logs_its_model_and_an_upstream_failure_its_kind(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="numi_mw")
+    app = create_app(catalog=load_catalog(CATALOG, "c.toml"), transport=httpx.MockTransport(refusing))
+    with TestClient(app) as client:
+        client.post("/v1/chat/completions", json={**REQUEST, "model": "a/m"})
+    [fields] = access_fields(caplog)
+    assert {k: v for k, v in fields.items() if k not in ("request_bytes", "response_bytes", "ttfb_s", "total_s")} == {
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "status": 502,
+        "route": "up/m",
+        "provider": "up",
+        "model": "a/m",
+        "wire_api": "openai-chat",
+        "upstream_error": "send:connect",
+    }
+
+
+# --- what logs never carry -------------------------------------------------------------------------------------
+
+
+def broken_stream(request: httpx.Request) -> httpx.Response:
+    """A stream whose second read fails with an error quoting the line it could not read, as h11 does."""
+
+    class Broken(httpx.AsyncByteStream):
+        async def __aiter__(self) -> Any:
+            yield STREAM[:120]
+            raise httpx.RemoteProtocolError(f"illegal chunk header: bytearray(b'{SECRET_REASONING}')")
+
+    return httpx.Response(200, stream=Broken(), headers={"content-type": "text/event-stream"})
+
+
+def formatted(records: list[logging.LogRecord]) -> str:
+    text, json_lines = TextFormatter(), JSONFormatter()
+    return "\n".join(f"{text.format(r)}\n{json_lines.format(r)}" for r in records)
+
+
+def test_no_body_key_or_reasoning_byte_reaches_a_log(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    with client_for(broken_stream) as client:
+        response = client.post(f"/v1/chat/completions?api-key={SECRET_KEY}", json=REQUEST, headers=HEADERS)
+    assert response.status_code == 200
+    assert b'"type":"upstream_unavailable","code":502' in response.content
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.name == "numi_mw.upstream"] == [
+        ("numi_mw.upstream", "WARNING", "upstream stream failed: RemoteProtocolError")
+    ]
+    logged = formatted([r for r in caplog.records if r.name.startswith(("numi_mw", "uvicorn"))])
+    assert logged
+    for secret in SECRETS:
+        assert secret not in logged
+
+
+def test_an_exception_is_logged_without_its_text() -> None:
+    try:
+        try:
+            raise ValueError(f"bad line {SECRET_REASONING}")
+        except ValueError as inner:
+            raise RuntimeError(f"while reading {SECRET_PROMPT}") from inner
+    except RuntimeError:
+        record = logging.LogRecord(
+            "uvicorn.error", logging.ERROR, __file__, 1, "Exception in ASGI application", (), None
+        )
+        record.exc_info = sys.exc_info()
+    text = TextFormatter().format(record)
+    assert "builtins.ValueError (message withheld)" in text
+    assert "builtins.RuntimeError (message withheld)" in text
+    assert "Traceback (most recent call last):" in text
+    parsed = json.loads(JSONFormatter().format(record))
+    assert parsed["message"] == "Exception in ASGI application"
+    assert parsed["exception"].endswith("builtins.RuntimeError (message withheld)")
+    for secret in SECRETS:
+        assert secret not in text
+        assert secret not in parsed["exception"]
+
+
+def test_the_library_logger_has_a_null_handler() -> None:
+    assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("numi_mw").handlers)
+
+
+def test_serve_quiets_the_loggers_that_print_whole_urls() -> None:
+    config = log_config("info", "json")
+    assert config["loggers"]["httpx"] == {"level": "WARNING"}
+    assert config["loggers"]["httpcore"] == {"level": "WARNING"}
+    assert config["loggers"]["uvicorn.access"]["handlers"] == []
+
+
+# --- a real numi-mw serve process ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def broken_chunked_upstream() -> Iterator[int]:
+    """A raw upstream that answers every request with a chunked stream whose second chunk header is a
+    reasoning line (not hex), so the HTTP parser fails on it and quotes it."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(20)
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(10)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, rest = data.partition(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+            )
+            while len(rest) < length:
+                rest += conn.recv(65536)
+            event = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n'
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                + f"{len(event):x}\r\n".encode()
+                + event
+                + b"\r\n"
+                + f"data: {SECRET_REASONING}\r\n".encode()
+            )
+            conn.recv(1)  # until the sidecar gives up on the connection
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        listener.close()
+        thread.join(timeout=15)
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_real_sidecar_logs_no_body_byte_of_a_broken_upstream(broken_chunked_upstream: int, log_format: str) -> None:
+    port = free_port()
+    command = [
+        *numi_mw_command(),
+        "serve",
+        "--upstream",
+        f"http://127.0.0.1:{broken_chunked_upstream}/v1",
+        "--port",
+        str(port),
+        "--log-format",
+        log_format,
+    ]
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, stdout=log, stderr=log)
+        try:
+            wait_for_port(port, process)
+            with httpx.Client(timeout=20) as client:
+                response = client.post(
+                    f"http://127.0.0.1:{port}/v1/chat/completions?key={SECRET_KEY}", json=REQUEST, headers=HEADERS
+                )
+        finally:
+            stop_process(process)
+        log.seek(0)
+        logged = log.read().decode()
+    assert response.status_code == 200
+    assert b'"type":"upstream_unavailable","code":502' in response.content
+    for secret in SECRETS:
+        assert secret not in logged
+    lines = logged.splitlines()
+    if log_format == "json":
+        records = [json.loads(line) for line in lines]
+        access = [r for r in records if r["logger"] == "numi_mw.access"]
+        assert len(access) == 1
+        assert {k: access[0][k] for k in ("method", "path", "status", "route", "upstream_error")} == {
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "status": 200,
+            "route": "local",
+            "upstream_error": "stream:protocol",
+        }
+        assert [r["message"] for r in records if r["logger"] == "numi_mw.upstream"] == [
+            "upstream stream failed: RemoteProtocolError"
+        ]
+    else:
+        assert any(" INFO numi_mw.access: method=POST path=/v1/chat/completions status=200 " in line for line in lines)
+
+
+def test_a_reasoning_token_count_split_across_body_messages_is_read_whole() -> None:
+    body = b'{"choices":[],"usage":{"completion_tokens":200,"completion_tokens_details":{"reasoning_tokens":123}}}'
+    for cut in range(len(body) + 1):
+        count = _TokenCount()
+        count.feed(body[:cut])
+        count.feed(body[cut:])
+        assert count.value == 123, cut
+    quoted = _TokenCount()
+    quoted.feed(b'{"content":"say \\"reasoning_tokens\\": 9"}')
+    assert quoted.value is None

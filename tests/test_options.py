@@ -1,0 +1,163 @@
+"""Options of the public constructors and factories are checked when given: a wrong value is a ``ValueError``
+that names the option and the value, before anything runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from numi_mw import (
+    CatalogError,
+    NormalizingTransport,
+    ReasoningMiddleware,
+    SyncNormalizingTransport,
+    ThinkTags,
+    create_app,
+    fixed_route,
+    load_catalog,
+    provider_rules,
+)
+
+
+async def app(scope: Any, receive: Any, send: Any) -> None:
+    raise AssertionError("never called")
+
+
+EVERY_SHELL = [
+    pytest.param(lambda **kw: ReasoningMiddleware(app, **kw), id="ReasoningMiddleware"),
+    pytest.param(lambda **kw: NormalizingTransport(**kw), id="NormalizingTransport"),
+    pytest.param(lambda **kw: SyncNormalizingTransport(**kw), id="SyncNormalizingTransport"),
+    pytest.param(lambda **kw: create_app("http://127.0.0.1:8000/v1", **kw), id="create_app"),
+]
+
+
+@pytest.mark.parametrize("make", EVERY_SHELL)
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"think_start": "sometimes"}, "think_start must be one of content, reasoning, auto, not 'sometimes'"),
+        ({"max_body_bytes": -5}, "max_body_bytes must be a positive whole number of bytes, not -5"),
+        ({"max_body_bytes": 0}, "max_body_bytes must be a positive whole number of bytes, not 0"),
+        ({"max_body_bytes": True}, "max_body_bytes must be a positive whole number of bytes, not True"),
+        ({"max_body_bytes": 1.5}, "max_body_bytes must be a positive whole number of bytes, not 1.5"),
+        ({"think_tags": "yes"}, "think_tags must be None, true, false or a ThinkTags, not 'yes'"),
+        ({"preserve_reasoning": "no"}, "preserve_reasoning must be true or false, not 'no'"),
+        (
+            {"wire_api": "anthropic"},
+            "wire_api must be one of openai-chat, openai-responses, anthropic-messages, not 'anthropic'",
+        ),
+        ({"think_tags": False, "think_start": "auto"}, "think_start has no effect with think_tags=False"),
+    ],
+)
+def test_every_shell_refuses_a_bad_option(make: Any, options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        make(**options)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"timeout": -1}, "timeout must be a positive number of seconds, not -1"),
+        (
+            {"timeout": httpx.Timeout(5.0, connect=-1.0)},
+            "timeout's values must be positive numbers of seconds or None, not "
+            "Timeout(connect=-1.0, read=5.0, write=5.0, pool=5.0)",
+        ),
+        ({"transport": 5}, "transport must be an httpx.AsyncBaseTransport, not 5"),
+        ({"ops_prefix": "/v1"}, "ops_prefix must not be under /v1, the path the sidecar forwards, not '/v1'"),
+        ({"ops_prefix": "/v1/ops"}, "ops_prefix must not be under /v1, the path the sidecar forwards, not '/v1/ops'"),
+        ({"ops_prefix": "ops"}, "ops_prefix must be empty or a path such as /numi-mw (no trailing /), not 'ops'"),
+        ({"ops_prefix": "/ops/"}, "ops_prefix must be empty or a path such as /numi-mw (no trailing /), not '/ops/'"),
+        (
+            {"ops_prefix": "/a/../b"},
+            "ops_prefix must be empty or a path such as /numi-mw (no trailing /), not '/a/../b'",
+        ),
+        ({"ops_prefix": "/a?b"}, "ops_prefix must be empty or a path such as /numi-mw (no trailing /), not '/a?b'"),
+        ({"ops_prefix": None}, "ops_prefix must be a string such as '' or '/numi-mw', not None"),
+        ({"metrics": "off"}, "metrics must be true or false, not 'off'"),
+        (
+            {"provider": "nope"},
+            "unknown provider 'nope'; use one of: "
+            "openrouter, ppq, openai, inception, anthropic, zai, deepseek, local, groq, cerebras, mistral, gemini, xai, together, fireworks, generic",
+        ),
+    ],
+)
+def test_create_app_refuses_a_bad_option(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        create_app("http://127.0.0.1:8000/v1", **options)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("upstream", ["not-a-url", "ftp://example.com/v1", "http://", "127.0.0.1:8000/v1"])
+def test_create_app_refuses_an_upstream_that_is_not_an_http_url(upstream: str) -> None:
+    with pytest.raises(ValueError) as info:
+        create_app(upstream)
+    assert str(info.value) == f"the upstream must be an http:// or https:// URL with a host, not {upstream!r}"
+
+
+def test_create_app_takes_an_ops_prefix_outside_v1() -> None:
+    for prefix in ("", "/numi-mw", "/-/ops", "/v10"):
+        create_app("http://127.0.0.1:8000/v1", ops_prefix=prefix)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"start": "sometimes"}, "think start 'sometimes' is not one of: content, reasoning, auto"),
+        ({"lookahead_chars": -1}, "lookahead_chars must be a whole number of characters, 0 or more, not -1"),
+        ({"lookahead_chars": "5"}, "lookahead_chars must be a whole number of characters, 0 or more, not '5'"),
+        ({"switch_chars": True}, "switch_chars must be a whole number of characters, 0 or more, not True"),
+        ({"harmony": "no"}, "harmony must be true or false, not 'no'"),
+        (
+            {"families": ()},
+            "families must be (opening, closing) pairs of nonempty strings, such as (('<think>', '</think>'),), not ()",
+        ),
+        (
+            {"families": (("<think>",),)},
+            "families must be (opening, closing) pairs of nonempty strings, such as (('<think>', '</think>'),), "
+            "not (('<think>',),)",
+        ),
+        (
+            {"families": (("<think>", ""),)},
+            "families must be (opening, closing) pairs of nonempty strings, such as (('<think>', '</think>'),), "
+            "not (('<think>', ''),)",
+        ),
+        (
+            {"families": "<think>"},
+            "families must be (opening, closing) pairs of nonempty strings, such as (('<think>', '</think>'),), "
+            "not '<think>'",
+        ),
+    ],
+)
+def test_think_tags_refuses_a_bad_option(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        ThinkTags(**options)
+    assert str(info.value) == message
+
+
+def test_think_tags_takes_good_options() -> None:
+    tags = ThinkTags(families=(("<t>", "</t>"),), start="auto", lookahead_chars=0, switch_chars=0, harmony=False)
+    assert tags.splitter() is not None
+
+
+def test_load_catalog_refuses_what_is_not_text() -> None:
+    with pytest.raises(CatalogError) as info:
+        load_catalog(5, "catalog.toml")  # type: ignore[arg-type]
+    assert str(info.value) == "catalog.toml: a catalog is TOML text (str or bytes), not int"
+    with pytest.raises(ValueError) as value_info:
+        load_catalog(b"", 5)  # type: ignore[arg-type]
+    assert str(value_info.value) == "source must be the file name (a str), not 5"
+
+
+def test_fixed_route_refuses_what_is_not_a_provider() -> None:
+    with pytest.raises(ValueError) as info:
+        fixed_route("openai")  # type: ignore[arg-type]
+    assert str(info.value) == "provider must be a Provider or ProviderRules (numi_mw.provider_rules), not 'openai'"
+    with pytest.raises(ValueError) as wire_info:
+        fixed_route(provider_rules("openai"), wire_api="responses")  # type: ignore[arg-type]
+    assert str(wire_info.value) == (
+        "wire_api must be one of openai-chat, openai-responses, anthropic-messages, not 'responses'"
+    )
