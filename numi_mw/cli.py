@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from numi_mw.asgi import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADER_COUNT
 from numi_mw.catalog_files import default_catalog, read_catalog
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.catalog import CatalogError, unknown_keys
@@ -61,6 +62,18 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8787, help="port to listen on, 1 to 65535 (default 8787)")
     serve.add_argument(
         "--max-body-bytes", type=_positive(int), default=DEFAULT_MAX_BODY_BYTES, help="request body limit in bytes"
+    )
+    serve.add_argument(
+        "--max-header-count",
+        type=_positive(int),
+        default=DEFAULT_MAX_HEADER_COUNT,
+        help=f"most request headers taken; 431 above it (default {DEFAULT_MAX_HEADER_COUNT})",
+    )
+    serve.add_argument(
+        "--max-header-bytes",
+        type=_positive(int),
+        default=DEFAULT_MAX_HEADER_BYTES,
+        help=f"most bytes of request header names and values; 431 above it (default {DEFAULT_MAX_HEADER_BYTES})",
     )
     serve.add_argument("--timeout", type=_positive(float), default=600.0, help="upstream read timeout in seconds")
     serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
@@ -238,6 +251,8 @@ def _serve(args: argparse.Namespace) -> int:
             catalog=catalog,
             provider=args.provider,
             max_body_bytes=args.max_body_bytes,
+            max_header_count=args.max_header_count,
+            max_header_bytes=args.max_header_bytes,
             timeout=httpx.Timeout(args.timeout, connect=10.0),
             think_tags=args.think_tags,
             think_start=args.think_start,

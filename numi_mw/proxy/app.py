@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, NamedTuple
 
 import httpx
@@ -27,8 +26,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
 from numi_mw.asgi import (
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_HEADER_COUNT,
     HOP_BY_HOP,
     adjustments_header,
+    check_headers,
+    check_limits,
     check_options,
     check_upstream,
     connection_tokens,
@@ -73,13 +76,35 @@ def _error_response(error: ApiError) -> Response:
     return Response(error.to_bytes(), status_code=error.status, media_type="application/json")
 
 
-def _no_cookies() -> CookieJar:
-    """A cookie jar that accepts no cookie, so the shared client never carries one between requests.
+class _NoCookies(httpx.Cookies):
+    """Cookies the shared client neither stores nor sends: a ``Set-Cookie`` of one client's answer never reaches
+    another client's request (a client's own ``Cookie`` header passes as any header does).
 
-    Passed to ``httpx.AsyncClient`` as a ``CookieJar`` (an ``httpx.Cookies`` would be copied into a new jar
-    with the default policy).
+    httpx reads an answer's cookies through a ``urllib`` view of its request whose construction copies the request
+    headers with one lookup per header name, each a scan of all headers: time quadratic in the count of headers
+    a client sends. Extraction is skipped, so that view is never built.
     """
-    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        """Keep nothing of ``response``'s cookies."""
+
+    def set_cookie_header(self, request: httpx.Request) -> None:
+        """Add no ``Cookie`` header to ``request``."""
+
+
+class _UpstreamClient(httpx.AsyncClient):
+    """The sidecar's shared ``httpx.AsyncClient``, whose cookies are always ``_NoCookies`` (httpx copies cookies
+    given to its constructor into a plain ``httpx.Cookies``)."""
+
+    _none = _NoCookies()
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return self._none
+
+    @cookies.setter
+    def cookies(self, cookies: httpx._types.CookieTypes) -> None:
+        raise AttributeError("the sidecar's upstream client keeps no cookies")
 
 
 class _Sidecar:
@@ -94,8 +119,13 @@ class _Sidecar:
         transport: httpx.AsyncBaseTransport | None,
         think_tags: bool | ThinkTags | None,
         think_start: ThinkStart | None,
+        *,
+        max_header_count: int = DEFAULT_MAX_HEADER_COUNT,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     ) -> None:
         self.target = target
+        self.max_header_count = max_header_count
+        self.max_header_bytes = max_header_bytes
         self.catalog = target if isinstance(target, Catalog) else None
         self.keys = keys
         default = target.providers[0] if isinstance(target, Catalog) else target.provider
@@ -110,9 +140,8 @@ class _Sidecar:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(
+        async with _UpstreamClient(
             timeout=self.timeout,
-            cookies=_no_cookies(),
             follow_redirects=False,
             limits=UPSTREAM_LIMITS,
             transport=self.transport,
@@ -141,6 +170,10 @@ class _Sidecar:
         return _json_response(endpoints_listing(model))
 
     async def handle(self, request: Request) -> Response:
+        try:
+            check_headers(request.scope["headers"], self.max_header_count, self.max_header_bytes)
+        except ApiError as error:
+            return _error_response(error)
         listing = self._listing(request.method, request.url.path)
         if listing is not None:
             return listing
@@ -289,6 +322,8 @@ def create_app(
     provider: str | None = None,
     catalog: Catalog | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_header_count: int = DEFAULT_MAX_HEADER_COUNT,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
     transport: httpx.AsyncBaseTransport | None = None,
     think_tags: bool | ThinkTags | None = None,
@@ -309,6 +344,10 @@ def create_app(
             …/models`` and ``GET …/models/{author}/{slug}/endpoints`` are served from the catalog; other paths
             go to the catalog's first provider.
         max_body_bytes: request body limit in bytes (413 ``payload_too_large`` above it).
+        max_header_count: the most request headers taken (default 256); more get 431
+            ``request_header_fields_too_large`` before any body byte is read (``docs/security.md``).
+        max_header_bytes: the most bytes of request header names and values taken, summed (default 64 KiB); more
+            get 431 ``request_header_fields_too_large`` likewise.
         timeout: upstream timeouts in seconds (a read timeout applies between chunks).
         transport: an ``httpx`` transport for the upstreams (tests); the default opens real connections.
         think_tags: split ``<think>`` tags out of response content (``response.think_tags_for``).
@@ -325,7 +364,8 @@ def create_app(
         ValueError: neither or both of ``upstream`` and ``catalog``; ``upstream`` is not an ``http://`` or
             ``https://`` URL with a host; ``provider`` is not a known provider name; ``wire_api`` is not a known
             wire API, or is given with a catalog; an option of the wrong type or range (``max_body_bytes``,
-            ``timeout``, ``think_tags``, ``think_start``, ``preserve_reasoning``).
+            ``max_header_count``, ``max_header_bytes``, ``timeout``, ``think_tags``, ``think_start``,
+            ``preserve_reasoning``).
 
     Errors reach the client as the OpenAI-style error body (``docs/errors.md``). An upstream's own error
     response is passed through unchanged.
@@ -340,6 +380,7 @@ def create_app(
         wire_api=wire_api,
         catalog=catalog,
     )
+    check_limits(max_header_count=max_header_count, max_header_bytes=max_header_bytes)
     if not isinstance(timeout, httpx.Timeout) and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
     ):
@@ -362,6 +403,8 @@ def create_app(
         transport,
         think_tags,
         think_start,
+        max_header_count=max_header_count,
+        max_header_bytes=max_header_bytes,
     )
     app = Starlette(
         routes=[StarletteRoute("/{path:path}", sidecar.handle, methods=_METHODS)],
