@@ -44,13 +44,21 @@ from numi_mw.core.codec import encode
 from numi_mw.core.errors import ApiError, model_not_found
 from numi_mw.core.providers import WireApi, infer_provider, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
-from numi_mw.core.response import ResponseOptions, StreamRewriter, choose_rewriter
+from numi_mw.core.response import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    Bounds,
+    ResponseOptions,
+    StreamRewriter,
+    choose_rewriter,
+)
 from numi_mw.core.routing import Route, fixed_route
 from numi_mw.core.think import ThinkStart, ThinkTags
 from numi_mw.upstream import (
     DECODED,
     answer_options,
     api_keys,
+    feed_answer,
     relay,
     target_url,
     upstream_failure,
@@ -122,8 +130,10 @@ class _Sidecar:
         *,
         max_header_count: int = DEFAULT_MAX_HEADER_COUNT,
         max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+        bounds: Bounds | None = None,
     ) -> None:
         self.target = target
+        self.bounds = bounds or Bounds()
         self.max_header_count = max_header_count
         self.max_header_bytes = max_header_bytes
         self.catalog = target if isinstance(target, Catalog) else None
@@ -220,7 +230,7 @@ class _Sidecar:
             if route.provider is not None:
                 provider = route.provider
             content = prepared.body
-            options = answer_options(prepared, self.think_tags, self.think_start)
+            options = answer_options(prepared, self.think_tags, self.think_start, self.bounds)
             adjustments = prepared.adjustments
             adapter = WIRE_APIS.get(route.wire_api)
             if adapter is not None:
@@ -246,7 +256,8 @@ class _Sidecar:
         path). The call's adjustments go in the ``x-numi-mw-adjustments`` header.
 
         Raises:
-            ApiError: 502 or 504 when a buffered body cannot be read whole (``upstream_failure``).
+            ApiError: 502 or 504 when a buffered body cannot be read whole (``upstream_failure``); 502 when it is
+                over ``max_response_bytes`` decoded (the rewriter's bound, ``response.Bounds``).
         """
         rewriter = None
         if call.options is not None:
@@ -260,14 +271,10 @@ class _Sidecar:
         extra = adjustments_header(call.adjustments)
         if rewriter is not None and not isinstance(rewriter, StreamRewriter):
             try:
-                body = await upstream.aread()
+                await feed_answer(upstream, rewriter)
             except httpx.RequestError as exc:
                 raise upstream_failure(exc, "body") from None
-            finally:
-                await upstream.aclose()
-            body, status, headers = whole_answer(
-                rewriter, body, upstream.status_code, upstream.headers.raw, _DROP_REWRITTEN
-            )
+            body, status, headers = whole_answer(rewriter, upstream.status_code, upstream.headers.raw, _DROP_REWRITTEN)
             plain = Response(body, status_code=status)
             plain.raw_headers = headers + extra
             return plain
@@ -324,6 +331,8 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_header_count: int = DEFAULT_MAX_HEADER_COUNT,
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
     transport: httpx.AsyncBaseTransport | None = None,
     think_tags: bool | ThinkTags | None = None,
@@ -348,6 +357,10 @@ def create_app(
             ``request_header_fields_too_large`` before any body byte is read (``docs/security.md``).
         max_header_bytes: the most bytes of request header names and values taken, summed (default 64 KiB); more
             get 431 ``request_header_fields_too_large`` likewise.
+        max_event_bytes: the most bytes of one upstream SSE event held (default 16 MiB); past it the stream ends
+            with its error event (502 ``upstream_unavailable``).
+        max_response_bytes: the most bytes of one buffered upstream answer held, decoded (default 64 MiB); past it
+            the client gets 502 ``upstream_unavailable``.
         timeout: upstream timeouts in seconds (a read timeout applies between chunks).
         transport: an ``httpx`` transport for the upstreams (tests); the default opens real connections.
         think_tags: split ``<think>`` tags out of response content (``response.think_tags_for``).
@@ -364,8 +377,8 @@ def create_app(
         ValueError: neither or both of ``upstream`` and ``catalog``; ``upstream`` is not an ``http://`` or
             ``https://`` URL with a host; ``provider`` is not a known provider name; ``wire_api`` is not a known
             wire API, or is given with a catalog; an option of the wrong type or range (``max_body_bytes``,
-            ``max_header_count``, ``max_header_bytes``, ``timeout``, ``think_tags``, ``think_start``,
-            ``preserve_reasoning``).
+            ``max_header_count``, ``max_header_bytes``, ``max_event_bytes``, ``max_response_bytes``, ``timeout``,
+            ``think_tags``, ``think_start``, ``preserve_reasoning``).
 
     Errors reach the client as the OpenAI-style error body (``docs/errors.md``). An upstream's own error
     response is passed through unchanged.
@@ -380,7 +393,12 @@ def create_app(
         wire_api=wire_api,
         catalog=catalog,
     )
-    check_limits(max_header_count=max_header_count, max_header_bytes=max_header_bytes)
+    check_limits(
+        max_header_count=max_header_count,
+        max_header_bytes=max_header_bytes,
+        max_event_bytes=max_event_bytes,
+        max_response_bytes=max_response_bytes,
+    )
     if not isinstance(timeout, httpx.Timeout) and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
     ):
@@ -405,6 +423,7 @@ def create_app(
         think_start,
         max_header_count=max_header_count,
         max_header_bytes=max_header_bytes,
+        bounds=Bounds(max_event_bytes, max_response_bytes),
     )
     app = Starlette(
         routes=[StarletteRoute("/{path:path}", sidecar.handle, methods=_METHODS)],
