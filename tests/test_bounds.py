@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,7 +20,7 @@ from numi_mw.core.errors import ApiError
 from numi_mw.core.response import Bounds, NativeSSERewriter, ResponseOptions
 from numi_mw.core.sse import EventTooLarge, SSEDecoder
 from numi_mw.proxy import create_app
-from tests.e2e_support import sidecar
+from tests.e2e_support import numi_mw_command, sidecar
 
 COUNT_431 = {
     "error": {
@@ -415,3 +417,15 @@ def test_the_sync_transport_bounds_a_buffered_answer() -> None:
         response = http.post("http://up.test/v1/chat/completions", json={"model": "m"})
     assert response.status_code == 502
     assert response.json() == answer_502(2**20)
+
+
+def test_numi_mw_response_ends_a_stream_past_the_event_bound_as_the_sidecar_does(tmp_path: Path) -> None:
+    request = tmp_path / "request.json"
+    request.write_text('{"model": "m", "stream": true}')
+    stdin = b"data: " + b"x" * (16 * 2**20)
+    result = subprocess.run(
+        [*numi_mw_command(), "response", "--request", str(request)], input=stdin, capture_output=True, timeout=60
+    )
+    assert result.returncode == 1
+    expected = event_error(16 * 2**20).replace(b'"gen-1"', b'""').replace(b":1,", b":0,").replace(b'"m"', b'""')
+    assert result.stdout == expected
