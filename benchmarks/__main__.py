@@ -14,7 +14,7 @@ from benchmarks import inprocess, loopback, memory, report
 from benchmarks.config import Config, make_config
 from benchmarks.timing import Measurement
 
-CASES = ("asgi", "request", "request-memory", "stream", "stream-memory", "sidecar", "litellm")
+CASES = ("asgi", "request", "request-memory", "stream", "stream-memory", "bounds-memory", "sidecar", "litellm")
 """Case names for ``--cases``, in the order they run."""
 
 
@@ -45,6 +45,7 @@ def _runners(
         ("request-memory", partial(memory.run_request_memory, config)),
         ("stream", partial(inprocess.run_stream, config)),
         ("stream-memory", partial(memory.run_stream_memory, config)),
+        ("bounds-memory", partial(memory.run_bounds_memory, config)),
     ]
     if "sidecar" in cases or "litellm" in cases:
         runners.append(

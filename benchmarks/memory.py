@@ -7,6 +7,10 @@
 - ``stream``: events fed one by one through one ``SSERewriter``; tracemalloc's current size after the
   checkpoint (10k events) and at the end (100k events), and the time per event in the first and the last
   window of that many events (a run without tracemalloc).
+- ``bounds``: the sidecar app (in-process, raw ASGI drive, an upstream that sends 64 KiB network reads) relaying a
+  stream whose one data line is 64 MiB, and answering a buffered completion sent as a gzip bomb (255 KiB that
+  decode to 256 MiB); tracemalloc's peak and the growth of peak RSS during each, against the bound that holds
+  (``--max-event-bytes``, ``--max-response-bytes``; ``docs/security.md``).
 """
 
 from __future__ import annotations
@@ -152,6 +156,127 @@ def _stream_worker(events: int, checkpoint: int, seconds: float) -> dict[str, An
     }
 
 
+_READ = 65536
+"""The size of one network read of the upstream body (httpcore reads at most 64 KiB at a time)."""
+
+
+def _bounds_worker(case: str) -> dict[str, Any]:
+    import asyncio
+    import zlib
+
+    import httpx
+
+    from numi_mw.proxy import create_app
+
+    class Reads(httpx.AsyncByteStream):
+        def __init__(self, pieces: Callable[[], Any]) -> None:
+            self.pieces = pieces
+
+        async def __aiter__(self) -> Any:
+            for piece in self.pieces():
+                yield piece
+
+    if case == "sse_line":
+        size = 64 * payloads.MIB
+
+        def line() -> Any:
+            yield b'data: {"choices":[{"index":0,"delta":{"content":"'
+            piece = b"x" * _READ
+            for _ in range(size // _READ):
+                yield piece
+
+        headers = {"content-type": "text/event-stream"}
+        make = line
+        request = b'{"model": "m", "stream": true}'
+    else:
+        size = 256 * payloads.MIB
+        compress = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+        zeros = b"0" * payloads.MIB
+        bomb = compress.compress(b'{"choices":[{"index":0,"message":{"content":"')
+        bomb += b"".join(compress.compress(zeros) for _ in range(size // payloads.MIB)) + compress.flush()
+
+        def reads() -> Any:
+            for start in range(0, len(bomb), _READ):
+                yield bomb[start : start + _READ]
+
+        headers = {"content-type": "application/json", "content-encoding": "gzip"}
+        make = reads
+        request = b'{"model": "m"}'
+
+    def answer(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=headers, stream=Reads(make))
+
+    app = create_app("http://127.0.0.1:9/v1", transport=httpx.MockTransport(answer))
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+        "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
+    }  # fmt: skip
+    out: dict[str, Any] = {}
+
+    async def drive() -> None:
+        out.update(status=None, sent=0)
+        calls = 0
+
+        async def receive() -> dict[str, Any]:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                return {"type": "http.request", "body": request, "more_body": False}
+            await asyncio.sleep(3600)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                out["status"] = message["status"]
+            else:
+                out["sent"] += len(message.get("body", b""))
+
+        async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
+            await asyncio.wait_for(app(scope, receive, send), 300)
+
+    gc.collect()
+    reset = _reset_peak_rss()
+    rss_before = _status_bytes("VmRSS")
+    asyncio.run(drive())
+    peak_rss = _status_bytes("VmHWM")
+    gc.collect()
+    tracemalloc.start()
+    asyncio.run(drive())
+    _, traced_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    rss_growth = peak_rss - rss_before if reset and peak_rss is not None and rss_before is not None else None
+    return {"case": case, "size": size, "traced_peak": traced_peak, "rss_growth": rss_growth, **out}
+
+
+def run_bounds_memory(config: Config) -> list[Measurement]:
+    from numi_mw.core.response import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_RESPONSE_BYTES
+
+    measurements = []
+    for case, name, what, bound in (
+        ("sse_line", "bounds.sse_line_64mb.memory", "a 64 MiB SSE line", DEFAULT_MAX_EVENT_BYTES),
+        ("gzip_bomb", "bounds.gzip_bomb.memory", "a gzip bomb (256 MiB decoded)", DEFAULT_MAX_RESPONSE_BYTES),
+    ):
+        result = _run_worker(["bounds", case], 300)
+        ratio = result["traced_peak"] / bound
+        sides = [Side("traced peak", result["traced_peak"], "bytes"), Side("bound", bound, "bytes")]
+        if result["rss_growth"] is not None:
+            sides.append(Side("RSS growth", result["rss_growth"], "bytes"))
+        measurements.append(
+            Measurement(
+                name,
+                f"sidecar peak memory relaying {what} / the bound that refuses it",
+                ratio,
+                Spread(ratio, ratio, ratio, ratio, ratio, 1),
+                "<=",
+                2.5,
+                sides,
+                result,
+            )
+        )
+    return measurements
+
+
 def _run_worker(args: Sequence[str], timeout: float) -> dict[str, Any]:
     """Run ``python -m benchmarks.memory ARGS`` and return the JSON object it prints."""
     process = subprocess.Popen(
@@ -254,9 +379,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     stream.add_argument("events", type=int)
     stream.add_argument("checkpoint", type=int)
     stream.add_argument("seconds", type=float)
+    bounds = commands.add_parser("bounds")
+    bounds.add_argument("case", choices=["sse_line", "gzip_bomb"])
     args = parser.parse_args(argv)
     if args.command == "request":
         result = _request_worker(args.impl, args.path)
+    elif args.command == "bounds":
+        result = _bounds_worker(args.case)
     else:
         result = _stream_worker(args.events, args.checkpoint, args.seconds)
     print(json.dumps(result))

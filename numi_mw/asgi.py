@@ -13,11 +13,21 @@ from urllib.parse import urlsplit
 from starlette.types import Receive, Send
 
 from numi_mw.core.catalog import Catalog
-from numi_mw.core.errors import ApiError, payload_too_large
+from numi_mw.core.errors import ApiError, header_fields_too_large, payload_too_large
 from numi_mw.core.providers import WIRE_API_NAMES
 from numi_mw.core.think import THINK_STARTS, ThinkTags
 
 Headers = list[tuple[bytes, bytes]]
+
+DEFAULT_MAX_HEADER_COUNT = 256
+"""Request headers the sidecar takes, by count (``--max-header-count``): 431 above it. Node's HTTP server takes
+2,000 by default and Go's ``net/http`` has no count limit; real clients send a few dozen, so 256 leaves room for
+any proxy chain while bounding the per-request work on them (``docs/security.md``)."""
+
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+"""Request header bytes the sidecar takes, names and values summed (``--max-header-bytes``): 431 above it.
+nginx answers 400 past four 8 KiB buffers, Node 431 past 16 KiB, Go's ``net/http`` past 1 MiB; 64 KiB lets
+large tokens and cookie headers through (``docs/security.md``)."""
 
 HOP_BY_HOP = frozenset(
     {
@@ -135,6 +145,35 @@ async def read_body(receive: Receive, limit: int, declared: bytes | None = None)
             return b"".join(chunks)
 
 
+def check_headers(headers: Headers, max_count: int, max_bytes: int) -> None:
+    """Check the raw request ``headers`` against the header limits, in one pass (before any body byte is read).
+
+    Args:
+        headers: the raw ASGI request headers.
+        max_count: the most headers taken (``--max-header-count``).
+        max_bytes: the most bytes of header names and values taken, summed (``--max-header-bytes``).
+
+    Raises:
+        ApiError: 431 ``request_header_fields_too_large`` (RFC 6585 section 5) over either limit.
+    """
+    if len(headers) > max_count:
+        raise header_fields_too_large("count", max_count)
+    if sum(len(name) + len(value) for name, value in headers) > max_bytes:
+        raise header_fields_too_large("size", max_bytes)
+
+
+def check_limits(**limits: object) -> None:
+    """Check limits given by keyword (``max_header_count=256``): each must be a positive whole number.
+
+    Raises:
+        ValueError: a limit is not a positive ``int`` (``bool`` is refused), naming the keyword.
+    """
+    for name, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            unit = "headers" if name.endswith("count") else "bytes"
+            raise ValueError(f"{name} must be a positive whole number of {unit}, not {value!r}")
+
+
 def check_options(
     *,
     max_body_bytes: object,
@@ -163,8 +202,7 @@ def check_options(
             raise ValueError(f"catalog must be a Catalog (numi_mw.load_catalog), not {catalog!r}")
         if wire_api is not None:
             raise ValueError("wire_api goes with an upstream; a catalog says it per provider")
-    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
-        raise ValueError(f"max_body_bytes must be a positive whole number of bytes, not {max_body_bytes!r}")
+    check_limits(max_body_bytes=max_body_bytes)
     if think_tags is not None and not isinstance(think_tags, bool | ThinkTags):
         raise ValueError(f"think_tags must be None, true, false or a ThinkTags, not {think_tags!r}")
     if think_start is not None and think_start not in THINK_STARTS:

@@ -11,6 +11,7 @@ from importlib.metadata import version
 from typing import Any
 from urllib.parse import urlsplit
 
+from numi_mw.asgi import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADER_COUNT
 from numi_mw.catalog_files import DEFAULT_CATALOG, default_catalog, read_catalog, read_text
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.catalog import Catalog, CatalogError, unknown_efforts, unknown_keys
@@ -19,7 +20,14 @@ from numi_mw.core.details import fragments_from_body, rebuild_reasoning_details
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import PROVIDERS, WIRE_API_NAMES, ProviderRules, infer_provider, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request
-from numi_mw.core.response import StreamRewriter, choose_rewriter, response_options, think_tags_for
+from numi_mw.core.response import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    StreamRewriter,
+    choose_rewriter,
+    response_options,
+    think_tags_for,
+)
 from numi_mw.core.routing import fixed_route, rules_for
 from numi_mw.core.think import THINK_STARTS, ThinkTags
 from numi_mw.proxy.ops import LOG_FORMATS, log_config
@@ -79,6 +87,31 @@ def _parser() -> argparse.ArgumentParser:
         type=_positive(int),
         default=DEFAULT_MAX_BODY_BYTES,
         help=f"chat completions request body limit in bytes (default {DEFAULT_MAX_BODY_BYTES})",
+    )
+    serve.add_argument(
+        "--max-header-count",
+        type=_positive(int),
+        default=DEFAULT_MAX_HEADER_COUNT,
+        help=f"most request headers taken; 431 above it (default {DEFAULT_MAX_HEADER_COUNT})",
+    )
+    serve.add_argument(
+        "--max-header-bytes",
+        type=_positive(int),
+        default=DEFAULT_MAX_HEADER_BYTES,
+        help=f"most bytes of request header names and values; 431 above it (default {DEFAULT_MAX_HEADER_BYTES})",
+    )
+    serve.add_argument(
+        "--max-event-bytes",
+        type=_positive(int),
+        default=DEFAULT_MAX_EVENT_BYTES,
+        help=f"most bytes of one upstream SSE event; past it the stream ends with its error event "
+        f"(default {DEFAULT_MAX_EVENT_BYTES})",
+    )
+    serve.add_argument(
+        "--max-response-bytes",
+        type=_positive(int),
+        default=DEFAULT_MAX_RESPONSE_BYTES,
+        help=f"most bytes of one buffered upstream answer, decoded; 502 past it (default {DEFAULT_MAX_RESPONSE_BYTES})",
     )
     serve.add_argument(
         "--timeout", type=_positive(float), default=600.0, help="upstream read timeout in seconds (default 600)"
@@ -228,7 +261,12 @@ def _response(args: argparse.Namespace) -> int:
     if rewriter is None:  # an error body the wire API does not translate goes out as it came
         sys.stdout.buffer.write(body)
         return 1
-    sys.stdout.buffer.write(rewriter.feed(body) + rewriter.finish())
+    try:
+        out = rewriter.feed(body) + rewriter.finish()
+    except ApiError as error:  # past a bound (docs/security.md): what the sidecar would send
+        out = rewriter.fail(error) if isinstance(rewriter, StreamRewriter) else error.to_bytes()
+        status = error.status
+    sys.stdout.buffer.write(out)
     refused = status != 200 or (not isinstance(rewriter, StreamRewriter) and rewriter.status is not None)
     return 1 if refused else 0
 
@@ -295,6 +333,10 @@ def _serve(args: argparse.Namespace) -> int:
             catalog=catalog,
             provider=args.provider,
             max_body_bytes=args.max_body_bytes,
+            max_header_count=args.max_header_count,
+            max_header_bytes=args.max_header_bytes,
+            max_event_bytes=args.max_event_bytes,
+            max_response_bytes=args.max_response_bytes,
             timeout=httpx.Timeout(args.timeout, connect=10.0),
             think_tags=args.think_tags,
             think_start=args.think_start,

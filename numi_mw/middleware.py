@@ -14,13 +14,16 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from numi_mw.asgi import adjustments_header, check_options, is_json, read_body, send_error, with_length
+from numi_mw.asgi import adjustments_header, check_limits, check_options, is_json, read_body, send_error, with_length
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules, WireApi, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
 from numi_mw.core.response import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
     BodyRewriter,
+    Bounds,
     ResponseOptions,
     Rewriter,
     StreamRewriter,
@@ -52,6 +55,10 @@ class ReasoningMiddleware:
             ``openai-responses``. With a native one the app receives the translated request body (which it
             sends to ``/v1/messages`` or ``/v1/responses``) and its native answer goes back to the client as a
             chat completion (``docs/wire-apis.md``).
+        max_event_bytes: the most bytes of one SSE event of the app's answer held (default 16 MiB); past it the
+            stream ends with its error event and the rest of the app's body is dropped (``docs/security.md``).
+        max_response_bytes: the most bytes of one buffered JSON answer of the app held (default 64 MiB); past it
+            the client gets 502 ``upstream_unavailable`` (``docs/security.md``).
 
     Raises:
         ValueError: ``provider`` is not a known provider name, ``wire_api`` not a known wire API, or another
@@ -71,6 +78,8 @@ class ReasoningMiddleware:
         think_start: ThinkStart = "content",
         preserve_reasoning: bool = True,
         wire_api: WireApi = "openai-chat",
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         check_options(
             max_body_bytes=max_body_bytes,
@@ -79,14 +88,16 @@ class ReasoningMiddleware:
             preserve_reasoning=preserve_reasoning,
             wire_api=wire_api,
         )
+        check_limits(max_event_bytes=max_event_bytes, max_response_bytes=max_response_bytes)
+        self.bounds = Bounds(max_event_bytes, max_response_bytes)
         self.app = app
         self.rules = provider if isinstance(provider, ProviderRules) else provider_rules(provider)
         self.route = fixed_route(self.rules, preserve=preserve_reasoning, wire_api=wire_api)
         self.translated = wire_api in WIRE_APIS
         self.max_body_bytes = max_body_bytes
         self.think = think_tags_for(self.rules, think_tags, think_start)
-        self._including = ResponseOptions(exclude=False, think=self.think)
-        self._excluding = ResponseOptions(exclude=True, think=self.think)
+        self._including = ResponseOptions(exclude=False, think=self.think, bounds=self.bounds)
+        self._excluding = ResponseOptions(exclude=True, think=self.think, bounds=self.bounds)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not is_chat_completions(scope["method"], scope["path"]):
@@ -116,7 +127,11 @@ class ReasoningMiddleware:
             options = self._excluding if prepared.controls.exclude else self._including
         else:
             options = response_options(
-                prepared.translation, prepared.controls.exclude, self.think, created=int(time.time())
+                prepared.translation,
+                prepared.controls.exclude,
+                self.think,
+                created=int(time.time()),
+                bounds=self.bounds,
             )
         extra = adjustments_header(prepared.adjustments)
         await self.app(scope, _Replay(prepared.body, receive), _NormalizingSend(options, send, extra))
@@ -164,9 +179,11 @@ class _Replay:
 class _NormalizingSend:
     """The wrapped app's ``send``: its response through the rewriter ``choose_rewriter`` picks at the start (an
     SSE stream event by event, a JSON body whole), or untouched when it picks none. ``extra`` headers (the
-    ``x-numi-mw-adjustments`` one, or none) go on the response start."""
+    ``x-numi-mw-adjustments`` one, or none) go on the response start. Past a bound of the rewriter (its ``feed``
+    raises ``ApiError``) a stream ends with its error event, a JSON body becomes the error response, and the rest
+    of the app's body is dropped."""
 
-    __slots__ = ("extra", "options", "rewriter", "send", "split", "start", "started")
+    __slots__ = ("ended", "extra", "options", "rewriter", "send", "split", "start", "started")
 
     def __init__(self, options: ResponseOptions, send: Send, extra: list[tuple[bytes, bytes]] | None = None) -> None:
         self.options = options
@@ -176,6 +193,7 @@ class _NormalizingSend:
         self.rewriter: Rewriter | None = None
         self.start: Message = {}
         self.split = False  # the JSON body came in more than one message
+        self.ended = False  # the response was ended past a bound: the app's further messages are dropped
 
     async def __call__(self, message: Message) -> None:
         rewriter = self.rewriter
@@ -196,15 +214,24 @@ class _NormalizingSend:
             await self.send(message)
         elif message["type"] != "http.response.body":
             await self.send(message)
+        elif self.ended:
+            return
         elif isinstance(rewriter, StreamRewriter):
             more = message.get("more_body", False)
-            out = rewriter.feed(message.get("body", b""))
-            if not more:
-                out += rewriter.finish()
+            try:
+                out = rewriter.feed(message.get("body", b""))
+                if not more:
+                    out += rewriter.finish()
+            except ApiError as error:  # past the rewriter's bound
+                out, more, self.ended = rewriter.fail(error), False, True
             if out or not more:
                 await self.send({"type": "http.response.body", "body": out, "more_body": more})
         else:
-            await self._whole_body(rewriter, message)
+            try:
+                await self._whole_body(rewriter, message)
+            except ApiError as error:  # past the rewriter's bound: the start was held, the error goes instead
+                self.ended = True
+                await send_error(self.send, error)
 
     def _choose(self, start: Message) -> Rewriter | None:
         content_type = encoding = None

@@ -18,19 +18,30 @@ from typing import NamedTuple
 
 import httpx
 
-from numi_mw.asgi import Headers, adjustments_header, check_options, is_json, without_headers
+from numi_mw.asgi import Headers, adjustments_header, check_limits, check_options, is_json, without_headers
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.catalog import Catalog
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules, WireApi, infer_provider, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
-from numi_mw.core.response import BodyRewriter, ResponseOptions, Rewriter, StreamRewriter, choose_rewriter
+from numi_mw.core.response import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    BodyRewriter,
+    Bounds,
+    ResponseOptions,
+    Rewriter,
+    StreamRewriter,
+    choose_rewriter,
+)
 from numi_mw.core.routing import Route, fixed_route
 from numi_mw.core.think import ThinkStart, ThinkTags
 from numi_mw.upstream import (
     DECODED,
     answer_options,
     api_keys,
+    feed_answer,
+    feed_answer_sync,
     relay,
     relay_sync,
     target_url,
@@ -83,15 +94,19 @@ class _Call(NamedTuple):
         ``httpx.MockTransport`` answer) is rewritten at once: there is nothing to wait for."""
         body: httpx.SyncByteStream | httpx.AsyncByteStream
         if response.is_stream_consumed:
-            body = httpx.ByteStream(rewriter.feed(response.content) + rewriter.finish())
+            try:
+                out = rewriter.feed(response.content) + rewriter.finish()
+            except ApiError as error:  # past the rewriter's bound, as ``relay`` ends a stream
+                out = rewriter.fail(error)
+            body = httpx.ByteStream(out)
         else:
             body = stream(response, rewriter)
         headers = without_headers(response.headers.raw, _DECODED_BODY) + self.extra
         return httpx.Response(response.status_code, headers=headers, stream=body, extensions=response.extensions)
 
-    def whole(self, response: httpx.Response, rewriter: BodyRewriter, body: bytes) -> httpx.Response:
-        """The answer for the upstream's whole ``body`` (decoded) through ``rewriter``, with its length."""
-        out, status, headers = whole_answer(rewriter, body, response.status_code, response.headers.raw, _DECODED_BODY)
+    def whole(self, response: httpx.Response, rewriter: BodyRewriter) -> httpx.Response:
+        """The answer for the upstream's whole body, which ``rewriter`` was fed (``feed_answer``), with its length."""
+        out, status, headers = whole_answer(rewriter, response.status_code, response.headers.raw, _DECODED_BODY)
         extensions = response.extensions
         if status != response.status_code:  # the upstream's reason phrase was for its own status
             extensions = {k: v for k, v in extensions.items() if k != "reason_phrase"}
@@ -107,6 +122,7 @@ class _Normalizer:
     """What both transports share: the options, checked once, and the steps of a call that are not I/O."""
 
     __slots__ = (
+        "bounds",
         "keys",
         "max_body_bytes",
         "preserve",
@@ -127,6 +143,8 @@ class _Normalizer:
         think_start: ThinkStart | None,
         preserve_reasoning: bool,
         wire_api: WireApi | None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         check_options(
             max_body_bytes=max_body_bytes,
@@ -136,6 +154,8 @@ class _Normalizer:
             wire_api=wire_api,
             catalog=catalog,
         )
+        check_limits(max_event_bytes=max_event_bytes, max_response_bytes=max_response_bytes)
+        self.bounds = Bounds(max_event_bytes, max_response_bytes)
         if catalog is not None and provider is not None:
             raise ValueError("give either a provider or a catalog")
         self.target: Route | Catalog | None = catalog
@@ -207,7 +227,7 @@ class _Normalizer:
         headers.append((b"accept-encoding", b"identity"))
         headers = upstream_headers(headers, adapter, key, translated=adapter is not None)
         out = httpx.Request(request.method, url, headers=headers, content=prepared.body, extensions=request.extensions)
-        options = answer_options(prepared, self.think_tags, self.think_start)
+        options = answer_options(prepared, self.think_tags, self.think_start, self.bounds)
         return _Call(out, options, adjustments_header(prepared.adjustments))
 
 
@@ -236,6 +256,10 @@ class NormalizingTransport(httpx.AsyncBaseTransport):
             ``openai-responses``; with a native one a call to ``…/chat/completions`` goes to ``…/messages`` or
             ``…/responses`` translated, and its answer comes back as chat completions (``docs/wire-apis.md``). A
             catalog says it per provider.
+        max_event_bytes: the most bytes of one SSE event of an answer held (default 16 MiB); past it the stream
+            ends with its error event (``docs/security.md``).
+        max_response_bytes: the most bytes of one buffered answer held, decoded (default 64 MiB); past it the
+            answer is 502 ``upstream_unavailable`` (``docs/security.md``).
 
     Raises:
         ValueError: ``provider`` is not a known provider name, ``wire_api`` not a known wire API, ``catalog`` not
@@ -258,11 +282,21 @@ class NormalizingTransport(httpx.AsyncBaseTransport):
         think_start: ThinkStart | None = None,
         preserve_reasoning: bool = True,
         wire_api: WireApi | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             raise ValueError(f"transport must be an httpx.AsyncBaseTransport, not {transport!r}")
         self._normalizer = _Normalizer(
-            provider, catalog, max_body_bytes, think_tags, think_start, preserve_reasoning, wire_api
+            provider,
+            catalog,
+            max_body_bytes,
+            think_tags,
+            think_start,
+            preserve_reasoning,
+            wire_api,
+            max_event_bytes,
+            max_response_bytes,
         )
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 
@@ -281,10 +315,10 @@ class NormalizingTransport(httpx.AsyncBaseTransport):
         if isinstance(rewriter, StreamRewriter):
             return call.streamed(response, rewriter, _AsyncStream)
         try:
-            body = await response.aread()
-        finally:
-            await response.aclose()
-        return call.whole(response, rewriter, body)
+            await feed_answer(response, rewriter)
+        except ApiError as error:  # past the rewriter's bound
+            return _error_response(error)
+        return call.whole(response, rewriter)
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -299,8 +333,8 @@ class SyncNormalizingTransport(httpx.BaseTransport):
 
     Args:
         transport: the transport that sends the requests (default ``httpx.HTTPTransport()``).
-        provider, catalog, max_body_bytes, think_tags, think_start, preserve_reasoning, wire_api: as for
-            ``NormalizingTransport``.
+        provider, catalog, max_body_bytes, think_tags, think_start, preserve_reasoning, wire_api, max_event_bytes,
+            max_response_bytes: as for ``NormalizingTransport``.
 
     Raises:
         ValueError: as ``NormalizingTransport``; ``transport`` not an ``httpx.BaseTransport``.
@@ -317,11 +351,21 @@ class SyncNormalizingTransport(httpx.BaseTransport):
         think_start: ThinkStart | None = None,
         preserve_reasoning: bool = True,
         wire_api: WireApi | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
             raise ValueError(f"transport must be an httpx.BaseTransport, not {transport!r}")
         self._normalizer = _Normalizer(
-            provider, catalog, max_body_bytes, think_tags, think_start, preserve_reasoning, wire_api
+            provider,
+            catalog,
+            max_body_bytes,
+            think_tags,
+            think_start,
+            preserve_reasoning,
+            wire_api,
+            max_event_bytes,
+            max_response_bytes,
         )
         self._transport = transport if transport is not None else httpx.HTTPTransport()
 
@@ -340,10 +384,10 @@ class SyncNormalizingTransport(httpx.BaseTransport):
         if isinstance(rewriter, StreamRewriter):
             return call.streamed(response, rewriter, _SyncStream)
         try:
-            body = response.read()
-        finally:
-            response.close()
-        return call.whole(response, rewriter, body)
+            feed_answer_sync(response, rewriter)
+        except ApiError as error:  # past the rewriter's bound
+            return _error_response(error)
+        return call.whole(response, rewriter)
 
     def close(self) -> None:
         self._transport.close()

@@ -25,7 +25,15 @@ from numi_mw.core.adapters import WireAdapter
 from numi_mw.core.catalog import Catalog
 from numi_mw.core.errors import ApiError, bad_path, upstream_timeout, upstream_unavailable
 from numi_mw.core.request import PreparedRequest
-from numi_mw.core.response import BodyRewriter, ResponseOptions, StreamRewriter, response_options, think_tags_for
+from numi_mw.core.response import (
+    DEFAULT_BOUNDS,
+    BodyRewriter,
+    Bounds,
+    ResponseOptions,
+    StreamRewriter,
+    response_options,
+    think_tags_for,
+)
 from numi_mw.core.routing import Route
 from numi_mw.core.think import ThinkStart, ThinkTags
 
@@ -210,24 +218,52 @@ def api_keys(catalog: Catalog) -> dict[str, str]:
 
 
 def answer_options(
-    prepared: PreparedRequest, think_tags: bool | ThinkTags | None, think_start: ThinkStart | None
+    prepared: PreparedRequest,
+    think_tags: bool | ThinkTags | None,
+    think_start: ThinkStart | None,
+    bounds: Bounds = DEFAULT_BOUNDS,
 ) -> ResponseOptions:
     """What the response side does for ``prepared``'s answer: its ``exclude``, the think tags for its route
     (``response.think_tags_for`` with the shell's ``think_tags`` and ``think_start`` and the route's own start),
-    and for a translated wire API what the translation needs, ``created`` now (seconds since the epoch)."""
+    the shell's ``bounds``, and for a translated wire API what the translation needs, ``created`` now (seconds
+    since the epoch)."""
     route = prepared.route
     think = think_tags_for(route.rules, think_tags, think_start, route_start=route.think_start)
     created = int(time.time()) if prepared.translation is not None else 0
-    return response_options(prepared.translation, prepared.controls.exclude, think, created=created)
+    return response_options(prepared.translation, prepared.controls.exclude, think, created=created, bounds=bounds)
+
+
+async def feed_answer(upstream: httpx.Response, rewriter: BodyRewriter) -> None:
+    """Feed ``rewriter`` the upstream body, decoded, chunk by chunk as it arrives (never read whole first, so that
+    the rewriter's bound holds, ``response.Bounds``); close the upstream response on every path.
+
+    Raises:
+        ApiError: 502 from ``rewriter.feed`` past its ``max_response_bytes``.
+        httpx.RequestError: the body could not be read whole, as httpx raises it.
+    """
+    try:
+        async for chunk in upstream.aiter_bytes():
+            rewriter.feed(chunk)
+    finally:
+        await upstream.aclose()
+
+
+def feed_answer_sync(upstream: httpx.Response, rewriter: BodyRewriter) -> None:
+    """``feed_answer`` for a synchronous upstream response."""
+    try:
+        for chunk in upstream.iter_bytes():
+            rewriter.feed(chunk)
+    finally:
+        upstream.close()
 
 
 def whole_answer(
-    rewriter: BodyRewriter, body: bytes, status: int, headers: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes]
+    rewriter: BodyRewriter, status: int, headers: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes]
 ) -> tuple[bytes, int, Headers]:
-    """The client's answer for a whole upstream ``body`` (decoded bytes) through ``rewriter``: the bytes, the status
+    """The client's answer for the whole upstream body ``rewriter`` was fed (``feed_answer``): the bytes, the status
     (the rewriter's when it sets one, else ``status``), and ``headers`` without the names in ``drop`` (lower
     case), with the body's ``content-length`` and, when the rewriter changed the body, its ``content-type``."""
-    out = rewriter.feed(body) + rewriter.finish()
+    out = rewriter.finish()
     media = rewriter.content_type if rewriter.changed else None
     status = rewriter.status if rewriter.status is not None else status
     return out, status, with_length(headers, len(out), drop, content_type=media)
@@ -243,7 +279,9 @@ def _decodes(upstream: httpx.Response, rewriter: StreamRewriter | None) -> bool:
 async def relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> AsyncIterator[bytes]:
     """Yield the upstream body as it arrives, through ``rewriter`` when there is one; close the upstream response
     on every path. A stream the upstream breaks off (an ``httpx.RequestError`` while reading) ends with
-    ``rewriter.fail``'s error event (``upstream_failure`` at stage ``stream``, logged once).
+    ``rewriter.fail``'s error event (``upstream_failure`` at stage ``stream``, logged once), and so does one whose
+    event passes the rewriter's bound (the ``ApiError`` its ``feed`` raises); the rest of the upstream body is not
+    read.
 
     Raises:
         httpx.RequestError: the upstream broke off a body relayed without a rewriter. The caller leaves the
@@ -268,6 +306,9 @@ async def relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> As
         if rewriter is None:
             raise
         yield rewriter.fail(error)
+    except ApiError as error:  # past the rewriter's bound (only a rewriter raises it)
+        if rewriter is not None:
+            yield rewriter.fail(error)
     finally:
         await upstream.aclose()
 
@@ -291,5 +332,8 @@ def relay_sync(upstream: httpx.Response, rewriter: StreamRewriter | None) -> Ite
         if rewriter is None:
             raise
         yield rewriter.fail(error)
+    except ApiError as error:  # past the rewriter's bound (only a rewriter raises it)
+        if rewriter is not None:
+            yield rewriter.fail(error)
     finally:
         upstream.close()

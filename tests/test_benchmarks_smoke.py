@@ -25,6 +25,8 @@ EXPECTED = {
     "stream.think_switch",
     "stream.memory",
     "stream.memory.time",
+    "bounds.sse_line_64mb.memory",
+    "bounds.gzip_bomb.memory",
     "sidecar.json",
     "sidecar.sse",
     "litellm.json",

@@ -22,6 +22,7 @@ ERROR_CODES: Final[dict[str, tuple[int, ErrorType]]] = {
     "invalid_request": (400, "invalid_request_error"),
     "model_not_found": (404, "invalid_request_error"),
     "payload_too_large": (413, "invalid_request_error"),
+    "request_header_fields_too_large": (431, "invalid_request_error"),
     "upstream_unavailable": (502, "api_error"),
     "provider_unavailable": (503, "api_error"),
     "upstream_timeout": (504, "api_error"),
@@ -142,6 +143,38 @@ def payload_too_large(limit: int, size: int | None = None) -> ApiError:
     measured = f"is {size} bytes, " if size is not None else "is "
     return ApiError(
         "payload_too_large", f"The request body {measured}over the limit of {limit} bytes; send less history."
+    )
+
+
+def header_fields_too_large(what: Literal["count", "size"], limit: int) -> ApiError:
+    """431 ``request_header_fields_too_large`` (RFC 6585 section 5) for request headers over a limit: ``what`` is
+    ``"count"`` (more than ``limit`` headers; ``--max-header-count``) or ``"size"`` (more than ``limit`` bytes of
+    names and values; ``--max-header-bytes``)."""
+    if what == "count":
+        measure = f"{limit} headers (--max-header-count, max_header_count)"
+    else:
+        measure = f"{limit} bytes of header names and values (--max-header-bytes, max_header_bytes)"
+    return ApiError(
+        "request_header_fields_too_large",
+        f"The request headers are over the limit of {measure}; send fewer or smaller headers.",
+    )
+
+
+def event_too_large(limit: int) -> ApiError:
+    """502 ``upstream_unavailable`` for an upstream SSE event over ``limit`` bytes (``--max-event-bytes``,
+    ``max_event_bytes``): numi_mw does not hold more of one event."""
+    return upstream_unavailable(
+        f"The upstream sent an SSE event over the limit of {limit} bytes (--max-event-bytes, max_event_bytes); "
+        "the answer is incomplete."
+    )
+
+
+def response_too_large(limit: int) -> ApiError:
+    """502 ``upstream_unavailable`` for a buffered upstream answer over ``limit`` bytes once decoded
+    (``--max-response-bytes``, ``max_response_bytes``): numi_mw does not hold more of one answer."""
+    return upstream_unavailable(
+        f"The upstream's answer is over the limit of {limit} bytes once decoded (--max-response-bytes, "
+        "max_response_bytes); numi_mw does not buffer more of it."
     )
 
 

@@ -25,10 +25,37 @@ from numi_mw.core import codec
 from numi_mw.core.adapters import WIRE_APIS, Answer, Translation, WireAdapter
 from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
 from numi_mw.core.completion import normalize_completion
-from numi_mw.core.errors import CUT_SHORT, ApiError, upstream_unavailable
+from numi_mw.core.errors import CUT_SHORT, ApiError, event_too_large, response_too_large, upstream_unavailable
 from numi_mw.core.providers import ProviderRules, WireApi
-from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
+from numi_mw.core.sse import EventTooLarge, SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
 from numi_mw.core.think import THINK_STARTS, ThinkStart, ThinkTags
+
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""The most bytes of one upstream SSE event a stream rewriter holds (``--max-event-bytes``, ``max_event_bytes``):
+16 MiB, far above any chat chunk (a chunk is one token or one tool-call fragment; a whole image in base64 is a few
+MiB), and the bound on what one stream holds (``docs/security.md``)."""
+
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+"""The most bytes of one buffered upstream answer, decoded, a body rewriter holds (``--max-response-bytes``,
+``max_response_bytes``): 64 MiB, as the request body limit (``request.DEFAULT_MAX_BODY_BYTES``), since a long answer
+comes back as the next request's history (``docs/security.md``)."""
+
+
+class Bounds(msgspec.Struct, frozen=True, gc=False):
+    """What one rewriter may hold (``docs/security.md``, "Bounds"). Past either, ``feed`` raises ``ApiError``
+    (502 ``upstream_unavailable``, naming the limit and its flag) after the rewriter let go of what it held; the
+    shell then ends a stream with ``fail(error)`` and answers a buffered body with the error.
+
+    Attributes:
+        max_event_bytes: the most bytes of one SSE event (positive ``int``).
+        max_response_bytes: the most bytes of one buffered answer, counted decoded (positive ``int``).
+    """
+
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+
+
+DEFAULT_BOUNDS = Bounds()
 
 
 class ResponseOptions(msgspec.Struct, frozen=True, gc=False):
@@ -41,12 +68,14 @@ class ResponseOptions(msgspec.Struct, frozen=True, gc=False):
             (``core.adapters``).
         answer: what that translation needs of the request (``adapters.Answer``; the shell sets its
             ``created`` time); ``None`` on chat completions routes.
+        bounds: what the rewriter may hold (``Bounds``).
     """
 
     exclude: bool = False
     think: ThinkTags | None = None
     wire_api: WireApi = "openai-chat"
     answer: Answer | None = None
+    bounds: Bounds = DEFAULT_BOUNDS
 
 
 def think_tags_for(
@@ -83,15 +112,20 @@ _THINK_TAGS: dict[ThinkStart, ThinkTags] = {start: ThinkTags(start=start) for st
 
 
 def response_options(
-    translation: Translation | None, exclude: bool, think: ThinkTags | None, *, created: int = 0
+    translation: Translation | None,
+    exclude: bool,
+    think: ThinkTags | None,
+    *,
+    created: int = 0,
+    bounds: Bounds = DEFAULT_BOUNDS,
 ) -> ResponseOptions:
     """The ``ResponseOptions`` of a prepared request: ``exclude`` (``PreparedRequest.controls.exclude``), the think
-    tags, and, for a route whose wire API is translated (``PreparedRequest.translation``), what the answer's
-    translation needs, with ``created`` (seconds since the epoch) from the shell's clock."""
+    tags, the shell's ``bounds``, and, for a route whose wire API is translated (``PreparedRequest.translation``),
+    what the answer's translation needs, with ``created`` (seconds since the epoch) from the shell's clock."""
     if translation is None:
-        return ResponseOptions(exclude, think)
+        return ResponseOptions(exclude, think, bounds=bounds)
     answer = Answer(translation.model, translation.include_usage, created)
-    return ResponseOptions(exclude, think, translation.wire_api, answer)
+    return ResponseOptions(exclude, think, translation.wire_api, answer, bounds)
 
 
 IDENTITY: frozenset[str] = frozenset(("identity", ""))
@@ -218,18 +252,27 @@ class SSERewriter:
 
     def __init__(self, options: ResponseOptions) -> None:
         self.options = options
-        self._decoder = SSEDecoder()
+        self._decoder = SSEDecoder(options.bounds.max_event_bytes)
         self._normalizer = ChunkNormalizer(exclude=options.exclude, think=options.think)
         self._done = False
         self._prefilter = options.think is None  # with think splitting every chunk's content is read
         self._head: dict[str, Any] | None = None  # the first chunk's id, created and model, for an error chunk
 
     def feed(self, chunk: bytes) -> bytes:
-        """Take the next bytes of the upstream body; return the bytes to send now."""
+        """Take the next bytes of the upstream body; return the bytes to send now.
+
+        Raises:
+            ApiError: 502 ``upstream_unavailable`` for an event over ``options.bounds.max_event_bytes``
+                (``errors.event_too_large``); the shell ends the stream with ``fail(error)``, which sends the
+                events completed before it.
+        """
         data = self._decoder.single_data(chunk)
         if data is not None:
             return self._data(chunk, data, None, None)
-        events = self._decoder.feed(chunk)
+        try:
+            events = self._decoder.feed(chunk)
+        except EventTooLarge as exc:
+            raise event_too_large(exc.limit) from None
         if len(events) == 1:
             return self._event(events[0])
         return b"".join([self._event(event) for event in events])
@@ -348,6 +391,7 @@ class JSONRewriter(msgspec.Struct, gc=False):
     options: ResponseOptions
     _body: bytes = b""
     _parts: list[bytes] | None = None  # from the second piece on
+    _size: int = 0
     changed: bool = False
 
     status: ClassVar[None] = None
@@ -356,7 +400,16 @@ class JSONRewriter(msgspec.Struct, gc=False):
     """A chat completion body keeps the upstream's ``content-type``."""
 
     def feed(self, chunk: bytes) -> bytes:
-        """Take the next bytes of the upstream body; nothing is sent before the end."""
+        """Take the next bytes of the upstream body (decoded); nothing is sent before the end.
+
+        Raises:
+            ApiError: 502 ``upstream_unavailable`` once the body is over ``options.bounds.max_response_bytes``
+                (``errors.response_too_large``), after the bytes held so far were let go.
+        """
+        self._size += len(chunk)
+        if self._size > self.options.bounds.max_response_bytes:
+            self._body, self._parts = b"", None
+            raise response_too_large(self.options.bounds.max_response_bytes)
         if self._parts is not None:
             self._parts.append(chunk)
         elif self._body:
@@ -422,17 +475,25 @@ class NativeSSERewriter:
 
     def __init__(self, options: ResponseOptions, adapter: WireAdapter) -> None:
         self.options = options
-        self._decoder = SSEDecoder()
+        self._decoder = SSEDecoder(options.bounds.max_event_bytes)
         self._translator = adapter.stream(options.answer or Answer())
         self._normalizer = ChunkNormalizer(exclude=options.exclude, think=options.think)
         self._done = False
         self._head: dict[str, Any] | None = None  # the first translated chunk, for an error chunk
 
     def feed(self, chunk: bytes) -> bytes:
-        """Take the next bytes of the upstream body; return the bytes to send now."""
+        """Take the next bytes of the upstream body; return the bytes to send now.
+
+        Raises:
+            ApiError: as ``SSERewriter.feed``, for an event over ``options.bounds.max_event_bytes``.
+        """
         if self._done:
             return b""
-        return self._events(self._decoder.feed(chunk))
+        try:
+            events = self._decoder.feed(chunk)
+        except EventTooLarge as exc:
+            raise event_too_large(exc.limit) from None
+        return self._events(events)
 
     def finish(self) -> bytes:
         """End of the upstream body; return the last bytes to send."""
@@ -532,7 +593,7 @@ class NativeJSONRewriter:
             the shell sends it when ``changed``.
     """
 
-    __slots__ = ("_adapter", "_error", "_parts", "changed", "options", "status")
+    __slots__ = ("_adapter", "_error", "_parts", "_size", "changed", "options", "status")
     content_type: ClassVar[bytes] = b"application/json"
 
     def __init__(self, options: ResponseOptions, adapter: WireAdapter, *, error: bool = False) -> None:
@@ -540,11 +601,20 @@ class NativeJSONRewriter:
         self._adapter = adapter
         self._error = error
         self._parts: list[bytes] = []
+        self._size = 0
         self.changed = False
         self.status: int | None = None
 
     def feed(self, chunk: bytes) -> bytes:
-        """Take the next bytes of the upstream body; nothing is sent before the end."""
+        """Take the next bytes of the upstream body (decoded); nothing is sent before the end.
+
+        Raises:
+            ApiError: as ``JSONRewriter.feed``, past ``options.bounds.max_response_bytes``.
+        """
+        self._size += len(chunk)
+        if self._size > self.options.bounds.max_response_bytes:
+            self._parts.clear()
+            raise response_too_large(self.options.bounds.max_response_bytes)
         self._parts.append(chunk)
         return b""
 

@@ -25,9 +25,11 @@ chosen for a byte-faithful proxy rather than a browser:
 
 from __future__ import annotations
 
+import sys
+
 import msgspec
 
-__all__ = ["SSEDecoder", "SSEEvent", "encode_event", "replace_data", "terminate_event"]
+__all__ = ["EventTooLarge", "SSEDecoder", "SSEEvent", "encode_event", "replace_data", "terminate_event"]
 
 _BOM = b"\xef\xbb\xbf"
 _LF = 0x0A
@@ -62,6 +64,15 @@ class SSEEvent(msgspec.Struct, gc=False):
         return self.data == b"[DONE]"
 
 
+class EventTooLarge(ValueError):
+    """An event of the stream is over the decoder's ``max_event_bytes`` (``limit``, bytes): raised by
+    ``SSEDecoder.feed`` once the event in progress passes it, after the decoder let go of that event's bytes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"an SSE event is over the limit of {limit} bytes")
+        self.limit = limit
+
+
 class SSEDecoder:
     """Incremental SSE decoder: ``feed(bytes) -> list[SSEEvent]``, then ``flush()`` at the end of the stream.
 
@@ -69,6 +80,12 @@ class SSEDecoder:
     how far it has scanned, so each byte is searched once (with ``bytes.find``) however small the chunks are;
     a large event split into many small chunks costs linear time. After ``flush()`` the decoder is reset and
     can decode a new stream.
+
+    Args:
+        max_event_bytes: the most bytes one event may have (its ``raw``, lines and blank line), or ``None`` for no
+            limit. Past it ``feed`` raises ``EventTooLarge``: the decoder drops the event in progress, so it never
+            holds more than this plus one fed chunk; the events completed before it come from ``end`` (or
+            ``flush``), and the stream is over.
     """
 
     __slots__ = (
@@ -79,15 +96,24 @@ class SSEDecoder:
         "_event",
         "_fields",
         "_id",
+        "_limit",
         "_pos",
+        "_ready",
         "_scan",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_bytes: int | None = None) -> None:
         self._buf = bytearray()
+        self._limit = sys.maxsize if max_event_bytes is None else max_event_bytes
         self._reset()
 
+    @property
+    def held(self) -> int:
+        """The bytes the decoder holds now: those of the event in progress."""
+        return len(self._buf)
+
     def _reset(self) -> None:
+        self._ready: list[SSEEvent] = []  # events completed before an event over the limit
         self._buf.clear()
         # Offsets into _buf: the current event starts at 0; _pos is the start of the first unparsed line;
         # _scan is where searching for the next line end resumes (no line end lies in [_pos, _scan)).
@@ -112,7 +138,7 @@ class SSEDecoder:
         Returns:
             The events whose terminating blank line is now complete; bytes of an unfinished event stay buffered.
         """
-        if not self._buf and not self._at_start and chunk and b"\r" not in chunk:
+        if not self._buf and not self._at_start and chunk and b"\r" not in chunk and len(chunk) <= self._limit:
             return self._feed_simple(chunk)
         if chunk:
             self._buf += chunk
@@ -133,6 +159,7 @@ class SSEDecoder:
             and chunk.startswith(b"data:")
             and _CR not in chunk
             and not self._buf
+            and len(chunk) <= self._limit
         ):
             self._at_start = False
             return chunk[6:-2] if chunk[5] == _SPACE else chunk[5:-2]
@@ -170,7 +197,11 @@ class SSEDecoder:
             start = end + 2
         if start < len(chunk):
             self._buf += chunk[start:] if start else chunk
-            events.extend(self._parse(final=False))
+            try:
+                events.extend(self._parse(final=False))
+            except EventTooLarge:
+                self._ready[:0] = events
+                raise
         return events
 
     def flush(self) -> list[SSEEvent]:
@@ -195,7 +226,7 @@ class SSEDecoder:
             event after the last blank line, which the stream never finished (its ``raw`` lacks the blank line),
             or ``None`` when the stream ended on a blank line.
         """
-        events = self._parse(final=True)
+        events = self._ready + self._parse(final=True)
         rest = None
         buf = self._buf
         if buf:
@@ -268,6 +299,8 @@ class SSEDecoder:
                     pos += 3
             if eol == pos:
                 # Blank line: ends the event (or, alone, is an event of its own).
+                if nxt - start > self._limit:
+                    self._overflow(events)
                 events.append(self._make(bytes(buf[start:nxt])))
                 start = nxt
             else:
@@ -284,7 +317,18 @@ class SSEDecoder:
             scan -= start
         self._pos = pos
         self._scan = scan
+        if len(buf) > self._limit:
+            self._overflow(events)
         return events
+
+    def _overflow(self, events: list[SSEEvent]) -> None:
+        """Drop the event in progress, keep ``events`` (completed before it) for ``end``, raise ``EventTooLarge``."""
+        self._buf.clear()
+        self._pos = self._scan = 0
+        self._at_start = False
+        self._clear_event()
+        self._ready = events
+        raise EventTooLarge(self._limit)
 
 
 def encode_event(data: bytes, *, event: str | None = None, id: str | None = None) -> bytes:

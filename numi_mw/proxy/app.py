@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, NamedTuple
 
 import anyio
@@ -31,8 +30,12 @@ from starlette.routing import Route as StarletteRoute
 from starlette.types import Message, Receive, Scope, Send
 
 from numi_mw.asgi import (
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_HEADER_COUNT,
     HOP_BY_HOP,
     adjustments_header,
+    check_headers,
+    check_limits,
     check_options,
     check_upstream,
     connection_tokens,
@@ -45,7 +48,14 @@ from numi_mw.core.codec import encode
 from numi_mw.core.errors import ApiError, model_not_found
 from numi_mw.core.providers import WireApi, infer_provider, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
-from numi_mw.core.response import ResponseOptions, StreamRewriter, choose_rewriter
+from numi_mw.core.response import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    Bounds,
+    ResponseOptions,
+    StreamRewriter,
+    choose_rewriter,
+)
 from numi_mw.core.routing import Route, fixed_route
 from numi_mw.core.think import ThinkStart, ThinkTags
 from numi_mw.proxy.ops import Operations, check_ops_prefix
@@ -53,6 +63,7 @@ from numi_mw.upstream import (
     DECODED,
     answer_options,
     api_keys,
+    feed_answer,
     note_upstream,
     relay,
     relayed_headers,
@@ -85,13 +96,35 @@ def _error_response(error: ApiError) -> Response:
     return Response(error.to_bytes(), status_code=error.status, media_type="application/json")
 
 
-def _no_cookies() -> CookieJar:
-    """A cookie jar that accepts no cookie, so the shared client never carries one between requests.
+class _NoCookies(httpx.Cookies):
+    """Cookies the shared client neither stores nor sends: a ``Set-Cookie`` of one client's answer never reaches
+    another client's request (a client's own ``Cookie`` header passes as any header does).
 
-    Passed to ``httpx.AsyncClient`` as a ``CookieJar`` (an ``httpx.Cookies`` would be copied into a new jar
-    with the default policy).
+    httpx reads an answer's cookies through a ``urllib`` view of its request whose construction copies the request
+    headers with one lookup per header name, each a scan of all headers: time quadratic in the count of headers
+    a client sends. Extraction is skipped, so that view is never built.
     """
-    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        """Keep nothing of ``response``'s cookies."""
+
+    def set_cookie_header(self, request: httpx.Request) -> None:
+        """Add no ``Cookie`` header to ``request``."""
+
+
+class _UpstreamClient(httpx.AsyncClient):
+    """The sidecar's shared ``httpx.AsyncClient``, whose cookies are always ``_NoCookies`` (httpx copies cookies
+    given to its constructor into a plain ``httpx.Cookies``)."""
+
+    _none = _NoCookies()
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return self._none
+
+    @cookies.setter
+    def cookies(self, cookies: httpx._types.CookieTypes) -> None:
+        raise AttributeError("the sidecar's upstream client keeps no cookies")
 
 
 class _Sidecar:
@@ -106,8 +139,15 @@ class _Sidecar:
         transport: httpx.AsyncBaseTransport | None,
         think_tags: bool | ThinkTags | None,
         think_start: ThinkStart | None,
+        *,
+        max_header_count: int = DEFAULT_MAX_HEADER_COUNT,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+        bounds: Bounds | None = None,
     ) -> None:
         self.target = target
+        self.bounds = bounds or Bounds()
+        self.max_header_count = max_header_count
+        self.max_header_bytes = max_header_bytes
         self.catalog = target if isinstance(target, Catalog) else None
         self.keys = keys
         default = target.providers[0] if isinstance(target, Catalog) else target.provider
@@ -122,9 +162,8 @@ class _Sidecar:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(
+        async with _UpstreamClient(
             timeout=self.timeout,
-            cookies=_no_cookies(),
             follow_redirects=False,
             limits=UPSTREAM_LIMITS,
             transport=self.transport,
@@ -164,6 +203,11 @@ class _Sidecar:
         closed on every path, shielded from that cancellation.
         """
         request = Request(scope, receive)
+        try:
+            check_headers(scope["headers"], self.max_header_count, self.max_header_bytes)
+        except ApiError as error:
+            await _error_response(error)(scope, receive, send)
+            return
         listing = self._listing(request.method, request.url.path)
         if listing is not None:
             await listing(scope, receive, send)
@@ -245,7 +289,7 @@ class _Sidecar:
             if route.provider is not None:
                 provider = route.provider
             content = prepared.body
-            options = answer_options(prepared, self.think_tags, self.think_start)
+            options = answer_options(prepared, self.think_tags, self.think_start, self.bounds)
             adjustments = prepared.adjustments
             adapter = WIRE_APIS.get(route.wire_api)
             if adapter is not None:
@@ -271,7 +315,8 @@ class _Sidecar:
         path). The call's adjustments go in the ``x-numi-mw-adjustments`` header.
 
         Raises:
-            ApiError: 502 or 504 when a buffered body cannot be read whole (``upstream_failure``).
+            ApiError: 502 or 504 when a buffered body cannot be read whole (``upstream_failure``); 502 when it is
+                over ``max_response_bytes`` decoded (the rewriter's bound, ``response.Bounds``).
         """
         rewriter = None
         if call.options is not None:
@@ -285,14 +330,12 @@ class _Sidecar:
         extra = adjustments_header(call.adjustments)
         if rewriter is not None and not isinstance(rewriter, StreamRewriter):
             try:
-                body = await upstream.aread()
+                await feed_answer(upstream, rewriter)
             except httpx.RequestError as exc:
                 raise upstream_failure(exc, "body") from None
-            finally:
-                await upstream.aclose()
             raw = upstream.headers.raw
             body, status, headers = whole_answer(
-                rewriter, body, upstream.status_code, raw, _DROP_REWRITTEN | connection_tokens(raw)
+                rewriter, upstream.status_code, raw, _DROP_REWRITTEN | connection_tokens(raw)
             )
             plain = Response(body, status_code=status)
             plain.raw_headers = headers + extra
@@ -408,6 +451,10 @@ def create_app(
     provider: str | None = None,
     catalog: Catalog | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_header_count: int = DEFAULT_MAX_HEADER_COUNT,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
     transport: httpx.AsyncBaseTransport | None = None,
     think_tags: bool | ThinkTags | None = None,
@@ -431,6 +478,14 @@ def create_app(
             go to the catalog's first provider, with its key only for ``GET`` under ``…/models``, else with the
             key the client sent, or none (``_serves_route``).
         max_body_bytes: request body limit in bytes (413 ``payload_too_large`` above it).
+        max_header_count: the most request headers taken (default 256); more get 431
+            ``request_header_fields_too_large`` before any body byte is read (``docs/security.md``).
+        max_header_bytes: the most bytes of request header names and values taken, summed (default 64 KiB); more
+            get 431 ``request_header_fields_too_large`` likewise.
+        max_event_bytes: the most bytes of one upstream SSE event held (default 16 MiB); past it the stream ends
+            with its error event (502 ``upstream_unavailable``).
+        max_response_bytes: the most bytes of one buffered upstream answer held, decoded (default 64 MiB); past it
+            the client gets 502 ``upstream_unavailable``.
         timeout: upstream timeouts in seconds (a read timeout applies between chunks).
         transport: an ``httpx`` transport for the upstreams (tests); the default opens real connections.
         think_tags: split ``<think>`` tags out of response content (``response.think_tags_for``).
@@ -452,8 +507,8 @@ def create_app(
         ValueError: neither or both of ``upstream`` and ``catalog``; ``upstream`` is not an ``http://`` or
             ``https://`` URL with a host; ``provider`` is not a known provider name; ``wire_api`` is not a known
             wire API, or is given with a catalog; an option of the wrong type or range (``max_body_bytes``,
-            ``timeout``, ``think_tags``, ``think_start``, ``preserve_reasoning``, ``transport``, ``ops_prefix``,
-            ``metrics``).
+            ``max_header_count``, ``max_header_bytes``, ``max_event_bytes``, ``max_response_bytes``, ``timeout``,
+            ``think_tags``, ``think_start``, ``preserve_reasoning``, ``transport``, ``ops_prefix``, ``metrics``).
 
     Errors reach the client as the OpenAI-style error body (``docs/errors.md``). An upstream's own error
     response is passed through unchanged.
@@ -467,6 +522,12 @@ def create_app(
         preserve_reasoning=preserve_reasoning,
         wire_api=wire_api,
         catalog=catalog,
+    )
+    check_limits(
+        max_header_count=max_header_count,
+        max_header_bytes=max_header_bytes,
+        max_event_bytes=max_event_bytes,
+        max_response_bytes=max_response_bytes,
     )
     if not isinstance(timeout, httpx.Timeout) and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
@@ -499,6 +560,9 @@ def create_app(
         transport,
         think_tags,
         think_start,
+        max_header_count=max_header_count,
+        max_header_bytes=max_header_bytes,
+        bounds=Bounds(max_event_bytes, max_response_bytes),
     )
     app = Starlette(
         routes=[StarletteRoute("/{path:path}", sidecar, methods=_METHODS)],
