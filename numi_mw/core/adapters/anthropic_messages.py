@@ -31,6 +31,7 @@ from numi_mw.core.adapters.base import (
     chat_completion,
     content_parts,
     count_plain_reasoning,
+    event_index,
     function_tool,
     output_limit,
 )
@@ -666,11 +667,11 @@ class StreamTranslator(ChunkStream):
             return []
         kind = data.get("type")
         if kind == "content_block_delta":
-            return self._delta(data.get("index"), data.get("delta"))
+            return self._delta(event_index(data.get("index")), data.get("delta"))
         if kind == "content_block_start":
-            return self._start(data.get("index"), data.get("content_block"))
+            return self._start(event_index(data.get("index")), data.get("content_block"))
         if kind == "content_block_stop":
-            return self._stop(data.get("index"))
+            return self._stop(event_index(data.get("index")))
         if kind == "message_start":
             message = data.get("message")
             if not isinstance(message, dict):

@@ -137,6 +137,13 @@ def output_limit(data: dict[str, Any]) -> Any:
     return min(numbers) if len(numbers) == len(limits) else limits[0]
 
 
+def event_index(value: Any) -> Any:
+    """A native event's ``index`` (a block's, a part's) as the key its stream state is kept under: a JSON scalar
+    as it is; a list or an object, which no wire API sends and which cannot be a key, as ``None``, the key of an
+    event that names no index. Any value the upstream sends is then read, never raised on."""
+    return None if isinstance(value, list | dict) else value
+
+
 def call_function(call: Any, path: str) -> dict[str, Any]:
     """The ``function`` object of the chat tool call at ``path`` (``messages[2].tool_calls[0]``).
 

@@ -47,6 +47,7 @@ from numi_mw.core.adapters.base import (
     chat_completion,
     content_parts,
     count_plain_reasoning,
+    event_index,
     function_tool,
     output_limit,
 )
@@ -905,7 +906,7 @@ class StreamTranslator(ChunkStream):
         """A summary (``part`` ``summary``) or reasoning-text (``text``) fragment: from a delta event, or the
         ``.done`` text of a part that had no deltas (``source`` is the event or the part)."""
         text = (source.get("delta") if delta else source.get("text")) if isinstance(source, dict) else None
-        key = (part, index if index is not None else 0)
+        key = (part, event_index(index) if index is not None else 0)
         if not isinstance(text, str) or not text or (not delta and key in state.streamed):
             return []
         opening = key not in state.streamed
@@ -930,7 +931,7 @@ class StreamTranslator(ChunkStream):
         text = None
         if isinstance(source, dict):
             text = source.get("delta") if delta else source.get("text" if part == "content" else "refusal")
-        key = (part, index if index is not None else 0)
+        key = (part, event_index(index) if index is not None else 0)
         if not isinstance(text, str) or not text or (not delta and key in state.streamed):
             return []
         state.streamed.add(key)
