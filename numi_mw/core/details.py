@@ -252,7 +252,21 @@ def rebuild_reasoning_details(fragments: list[dict[str, Any]]) -> list[dict[str,
 
     Returns:
         A new list of new dicts (shallow copies); the fragments are not modified.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` when ``fragments`` is not a list, or a fragment's ``text`` is neither
+            a string nor ``null`` (rule 1 appends it to a string; spec 004 "Reasoning detail" makes it text), with
+            ``param`` naming it by its position, ``reasoning_details[1].text``. Nothing is rebuilt then.
     """
+    if not isinstance(fragments, list):
+        raise invalid_request(
+            f"reasoning_details must be an array of fragments, not {type(fragments).__name__}.", "reasoning_details"
+        )
+    for j, fragment in enumerate(fragments):
+        text = fragment.get("text") if isinstance(fragment, dict) else None
+        if text is not None and not isinstance(text, str):
+            path = f"reasoning_details[{j}].text"
+            raise invalid_request(f"{path} must be a string or null, not {type(text).__name__}.", path)
     rebuilder = DetailsRebuilder()
     for fragment in fragments:
         rebuilder.add(fragment)
@@ -260,23 +274,40 @@ def rebuild_reasoning_details(fragments: list[dict[str, Any]]) -> list[dict[str,
 
 
 def fragments_from_body(body: bytes) -> list[Any]:
-    """The streamed reasoning detail fragments in ``body``, in order.
+    """The streamed reasoning detail fragments in ``body``, in order (``numi-mw rebuild``'s input).
 
     Args:
-        body: either a JSON list of fragments, or an SSE stream of chat completion chunks (UTF-8 bytes), whose
-            ``delta.reasoning_details`` entries of choice 0 (the choice with ``index`` 0) are collected.
+        body: either a JSON list of fragments (objects), or an SSE stream of chat completion chunks (UTF-8
+            bytes), whose ``delta.reasoning_details`` entries of choice 0 (the choice with ``index`` 0) are
+            collected as the stream has them.
 
     Raises:
-        ValueError: ``body`` is neither.
+        ApiError: 400 ``invalid_json`` when ``body`` is empty, or opens like a list that is not JSON, or has an
+            SSE event that is not JSON; 400 ``invalid_request`` when it is neither a list nor a stream of chunks,
+            or a list with an entry that is not a fragment object (``param`` ``reasoning_details[1]``)
+            (``docs/cli.md``).
     """
     from numi_mw.core.codec import UNDECODABLE, decode_lenient
+    from numi_mw.core.errors import ApiError, empty_body
     from numi_mw.core.sse import SSEDecoder
 
     stripped = body.lstrip()
+    if not stripped:
+        raise empty_body()
     if stripped.startswith(b"["):
         value = decode_lenient(body)
         if not isinstance(value, list):
-            raise ValueError("not a JSON list of fragments")
+            raise ApiError(
+                "invalid_json",
+                "The input opens like a JSON array but is not JSON; send an array of "
+                "reasoning_details fragments or an SSE stream of chunks.",
+            )
+        for j, entry in enumerate(value):
+            if not isinstance(entry, dict):
+                path = f"reasoning_details[{j}]"
+                raise invalid_request(
+                    f"{path} must be a reasoning detail fragment (an object), not {type(entry).__name__}.", path
+                )
         return value
     sse = SSEDecoder()
     fragments: list[Any] = []
@@ -287,7 +318,7 @@ def fragments_from_body(body: bytes) -> list[Any]:
             continue
         chunk = decode_lenient(event.data)  # what the sidecar sends, NaN and lone surrogates included
         if chunk is UNDECODABLE:
-            raise ValueError(f"an SSE event is not JSON: {event.data[:80]!r}")
+            raise ApiError("invalid_json", f"An SSE event is not JSON ({event.data[:80]!r}); send whole chunks.")
         seen = True
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
         if not isinstance(choices, list):
@@ -301,5 +332,8 @@ def fragments_from_body(body: bytes) -> list[Any]:
             if isinstance(details, list):
                 fragments.extend(details)
     if not seen:
-        raise ValueError("neither a JSON list of fragments nor an SSE stream of chunks")
+        raise invalid_request(
+            "The input is neither a JSON array of reasoning_details fragments nor an SSE stream of chat completion "
+            "chunks."
+        )
     return fragments
