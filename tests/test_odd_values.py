@@ -217,3 +217,45 @@ def test_an_empty_request_body_says_it_is_empty(body: bytes) -> None:
             "param": None,
         }
     }
+
+
+# --- memory: bounded per-stream state ------------------------------------------------------------------------
+
+
+def test_past_max_choices_a_new_choice_index_passes_through_as_it_came() -> None:
+    from numi_mw.core.chunks import MAX_CHOICES
+
+    normalizer = ChunkNormalizer()
+    for index in range(MAX_CHOICES):
+        chunk = {"choices": [{"index": index, "delta": {"reasoning_content": "R"}, "finish_reason": None}]}
+        assert normalizer.normalize(chunk) is not None
+    late = {"choices": [{"index": MAX_CHOICES, "delta": {"reasoning_content": "R"}, "finish_reason": None}]}
+    assert normalizer.normalize(late) is None
+    known = {"choices": [{"index": 0, "delta": {"reasoning_content": "S"}, "finish_reason": None}]}
+    assert normalizer.normalize(known) == [
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "reasoning": "S",
+                        "reasoning_details": [{"type": "reasoning.text", "text": "S", "index": 0}],
+                    },
+                    "finish_reason": None,
+                }
+            ]
+        }
+    ]
+
+
+def test_a_stream_keeps_no_detail_values() -> None:
+    normalizer = ChunkNormalizer()
+    details = [
+        {"type": "reasoning.text", "text": "T", "signature": "S", "format": "f"},
+        {"type": "reasoning.encrypted", "data": "E" * 1000, "format": "f"},
+    ]
+    normalizer.normalize({"choices": [{"index": 0, "delta": {"reasoning_details": details}, "finish_reason": None}]})
+    assert normalizer._choices[0].rebuilder.details == [
+        {"type": "reasoning.text", "text": None, "signature": None, "format": None, "index": None},
+        None,
+    ]

@@ -188,6 +188,12 @@ def _details_text(delta: dict[str, Any]) -> str:
     return visible_text(details) if isinstance(details, list) else ""
 
 
+MAX_CHOICES: Final = 128
+"""The most choices of one stream the normalizer follows (OpenAI's ``n`` is at most 128). A chunk's choice with any
+other ``index`` once this many have state passes through as it came (``docs/streaming.md``, "Memory"), so a stream
+that names a million choice indexes keeps bounded state, and nothing of it is lost or changed."""
+
+
 class _ChoiceStates(dict[Any, _Choice]):
     """The per-choice states of one stream by choice ``index``; a state is made on first use (``__missing__``,
     so that a lookup of a known choice stays a plain dict lookup)."""
@@ -197,6 +203,10 @@ class _ChoiceStates(dict[Any, _Choice]):
     def __init__(self, think: ThinkTags | None) -> None:
         super().__init__()
         self.think = think
+
+    def follows(self, index: Any) -> bool:
+        """Whether the choice ``index`` has a state or may get one: at most ``MAX_CHOICES`` per stream."""
+        return index in self or len(self) < MAX_CHOICES
 
     def __missing__(self, index: Any) -> _Choice:
         state = _Choice(splitter=self.think.splitter() if self.think is not None else None)
@@ -240,7 +250,7 @@ class ChunkNormalizer:
         if not isinstance(choices, list) or not choices:
             return UNCHANGED
         self._envelope = data
-        if len(choices) == 1 and _is_delta_choice(choices[0]):
+        if len(choices) == 1 and self._follows(choices[0]):
             if self._plain:
                 fast = self._fast(data, choices[0])
                 if fast is not _SLOW:
@@ -252,7 +262,7 @@ class ChunkNormalizer:
         results: list[list[Any]] = []
         changed = False
         for choice in choices:
-            entries = self._normalize_choice(choice) if _is_delta_choice(choice) else UNCHANGED
+            entries = self._normalize_choice(choice) if self._follows(choice) else UNCHANGED
             if entries is UNCHANGED:
                 results.append([choice])
             else:
@@ -466,6 +476,11 @@ class ChunkNormalizer:
             for entry in self._closing(state, {"index": choice.index, "delta": delta}):
                 out.append({**envelope, "choices": [entry]})
         return out
+
+    def _follows(self, choice: Any) -> bool:
+        """Whether ``choice`` is normalized: a choice the normalizer reads (``_is_delta_choice``) of a choice index
+        it follows (``MAX_CHOICES``); any other leaves as it came."""
+        return _is_delta_choice(choice) and self._choices.follows(choice.get("index", 0))
 
     def _sent(self, state: _Choice) -> None:
         """A delta with reasoning goes out for ``state``'s choice."""

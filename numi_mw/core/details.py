@@ -101,9 +101,11 @@ class DetailsRebuilder:
     each streamed fragment the ``index`` of the detail it lands in (``docs/streaming.md``).
 
     Args:
-        track_text: keep the text rule 1 appends. A stream normalizer that only needs to know where fragments go
-            passes ``False``: memory then stays constant in the stream's length (a detail keeps the text of its
-            first fragment only).
+        track_text: keep the details' values and the text rule 1 appends. A stream normalizer that only needs to
+            know where fragments go passes ``False``: a ``reasoning.text`` detail is then kept as the names of its
+            fields (their values ``None``: where a fragment goes depends on nothing else) and any other detail as
+            ``None`` (it is never a target of rules 2 and 3), so neither the text of a long stream nor a detail's
+            text, signature or encrypted data stays in memory.
 
     Attributes:
         details: the details so far (new dicts; the fragments are not modified). Appended text is kept aside
@@ -173,7 +175,14 @@ class DetailsRebuilder:
             self.extend(pos, fragment["text"])
             return where
         if action == "new":
-            self.details.append(dict(fragment) if isinstance(fragment, dict) else fragment)
+            if not isinstance(fragment, dict):
+                self.details.append(fragment if self.track_text else None)
+            elif self.track_text:
+                self.details.append(dict(fragment))
+            elif fragment.get("type") != "reasoning.text":  # never a target of rules 2 and 3: its place only
+                self.details.append(None)
+            else:  # where fragments go depends on a text detail's keys only: no value is kept alive
+                self.details.append(dict.fromkeys(fragment) | {"type": "reasoning.text"})
         else:
             detail = self.details[pos]
             for key in FILLED_KEYS:
