@@ -255,7 +255,46 @@ def test_a_stream_keeps_no_detail_values() -> None:
         {"type": "reasoning.encrypted", "data": "E" * 1000, "format": "f"},
     ]
     normalizer.normalize({"choices": [{"index": 0, "delta": {"reasoning_details": details}, "finish_reason": None}]})
-    assert normalizer._choices[0].rebuilder.details == [
+    kept = normalizer._choices[0].rebuilder.details
+    assert (len(kept), kept[0], kept[1]) == (
+        2,
         {"type": "reasoning.text", "text": None, "signature": None, "format": None, "index": None},
         None,
+    )
+
+
+def test_a_stream_keeps_the_last_16_text_details_and_a_late_signature_is_never_lost() -> None:
+    from numi_mw.core.details import MAX_RECENT_TEXT_DETAILS
+
+    normalizer = ChunkNormalizer()
+
+    def send(details: list[Any]) -> Any:
+        return normalizer.normalize(
+            {"choices": [{"index": 0, "delta": {"reasoning_details": details}, "finish_reason": None}]}
+        )
+
+    send([{"type": "reasoning.text", "text": "old"}])  # detail 0, unsigned
+    for n in range(MAX_RECENT_TEXT_DETAILS):  # details 1 to 16, each signed
+        send([{"type": "reasoning.text", "text": f"t{n}", "signature": f"s{n}"}])
+    assert len(normalizer._choices[0].rebuilder.details) == MAX_RECENT_TEXT_DETAILS + 1
+    assert normalizer._choices[0].rebuilder.details[0] is None
+    # the full rebuild would complete detail 0, now out of the window: the signature goes out as a detail of its own
+    [chunk] = send([{"type": "reasoning.text", "signature": "LATE"}])
+    assert chunk["choices"][0]["delta"]["reasoning_details"] == [
+        {"type": "reasoning.text", "signature": "LATE", "index": MAX_RECENT_TEXT_DETAILS + 1}
     ]
+
+
+def test_native_translators_keep_state_for_at_most_max_tracked_blocks_and_items() -> None:
+    from numi_mw.core.adapters.base import MAX_TRACKED
+
+    anthropic = anthropic_messages.StreamTranslator(Answer("m"))
+    for index in range(MAX_TRACKED + 5):
+        anthropic.event({"type": "content_block_start", "index": index, "content_block": {"type": "text"}})
+    assert len(anthropic._blocks) == MAX_TRACKED
+    assert 0 not in anthropic._blocks and MAX_TRACKED + 4 in anthropic._blocks
+    responses = openai_responses.StreamTranslator(Answer("m"))
+    for index in range(MAX_TRACKED + 5):
+        item = {"type": "message", "id": f"msg_{index}"}
+        responses.event({"type": "response.output_item.added", "output_index": index, "item": item})
+    assert (len(responses._by_index), len(responses._by_id)) == (MAX_TRACKED, MAX_TRACKED)

@@ -94,6 +94,45 @@ def check_detail_limits(messages: list[Any]) -> None:
                     )
 
 
+MAX_RECENT_TEXT_DETAILS = 16
+"""How many of a stream's most recent ``reasoning.text`` details its rebuilder keeps (``RecentDetails``)."""
+
+
+class RecentDetails:
+    """The details of a stream's rebuild as far as the rules still read them, in constant memory: how many there
+    are, and the last ``MAX_RECENT_TEXT_DETAILS`` ``reasoning.text`` details as the names of their fields (values
+    ``None``). Rules 2 and 3 of spec 004 "From a stream" fill only the most recent (unsigned) ``reasoning.text``
+    detail, and no other detail is ever read again. A signature-only fragment that would complete an unsigned text
+    detail older than that window (more than 16 text details back, every later one signed) finds none and is kept
+    as a detail of its own, signature and all: it is never lost (``docs/streaming.md``, "Memory").
+
+    A list to ``DetailsRebuilder``: ``len``, ``append``, and ``[pos]``, which is ``None`` for a detail not kept.
+    """
+
+    __slots__ = ("_count", "_kept")
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._kept: dict[int, dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, pos: int) -> Any:
+        return self._kept.get(pos + self._count if pos < 0 else pos)
+
+    def append(self, detail: Any) -> None:
+        if isinstance(detail, dict) and detail.get("type") == "reasoning.text":
+            self._kept[self._count] = dict.fromkeys(detail) | {"type": "reasoning.text"}
+            if len(self._kept) > MAX_RECENT_TEXT_DETAILS:
+                del self._kept[next(iter(self._kept))]
+        self._count += 1
+
+    def latest_first(self) -> list[int]:
+        """The positions of the kept details, the most recent first."""
+        return list(reversed(self._kept))
+
+
 class DetailsRebuilder:
     """The rebuild of spec 004 "From a stream", one fragment at a time (``rebuild_reasoning_details`` runs it).
 
@@ -101,11 +140,10 @@ class DetailsRebuilder:
     each streamed fragment the ``index`` of the detail it lands in (``docs/streaming.md``).
 
     Args:
-        track_text: keep the details' values and the text rule 1 appends. A stream normalizer that only needs to
-            know where fragments go passes ``False``: a ``reasoning.text`` detail is then kept as the names of its
-            fields (their values ``None``: where a fragment goes depends on nothing else) and any other detail as
-            ``None`` (it is never a target of rules 2 and 3), so neither the text of a long stream nor a detail's
-            text, signature or encrypted data stays in memory.
+        track_text: keep the details and the text rule 1 appends. A stream normalizer that only needs to know
+            where fragments go passes ``False``: ``details`` is then a ``RecentDetails``, which keeps no text,
+            signature or encrypted data and at most ``MAX_RECENT_TEXT_DETAILS`` details, so memory stays constant
+            in the stream's length and in its number of details.
 
     Attributes:
         details: the details so far (new dicts; the fragments are not modified). Appended text is kept aside
@@ -117,15 +155,17 @@ class DetailsRebuilder:
     __slots__ = ("_parts", "details", "open_text", "track_text")
 
     def __init__(self, *, track_text: bool = True) -> None:
-        self.details: list[Any] = []
+        self.details: list[Any] | RecentDetails = [] if track_text else RecentDetails()
         self.track_text = track_text
         self.open_text = -1
         self._parts: dict[int, list[str]] = {}
 
     def _latest_text(self, *, unsigned_only: bool) -> int | None:
         """Position of the most recent ``reasoning.text`` detail (without a signature if ``unsigned_only``)."""
-        for pos in range(len(self.details) - 1, -1, -1):
-            detail = self.details[pos]
+        details = self.details
+        positions = details.latest_first() if isinstance(details, RecentDetails) else range(len(details) - 1, -1, -1)
+        for pos in positions:
+            detail = details[pos]
             if (
                 isinstance(detail, dict)
                 and detail.get("type") == "reasoning.text"
@@ -158,7 +198,8 @@ class DetailsRebuilder:
         return ("fill", pos)
 
     def result(self) -> list[Any]:
-        """The rebuilt details, with the appended text joined in."""
+        """The rebuilt details, with the appended text joined in (``track_text`` only)."""
+        assert isinstance(self.details, list)
         for pos, parts in self._parts.items():
             self.details[pos]["text"] = "".join(parts)
         self._parts.clear()
@@ -175,19 +216,12 @@ class DetailsRebuilder:
             self.extend(pos, fragment["text"])
             return where
         if action == "new":
-            if not isinstance(fragment, dict):
-                self.details.append(fragment if self.track_text else None)
-            elif self.track_text:
-                self.details.append(dict(fragment))
-            elif fragment.get("type") != "reasoning.text":  # never a target of rules 2 and 3: its place only
-                self.details.append(None)
-            else:  # where fragments go depends on a text detail's keys only: no value is kept alive
-                self.details.append(dict.fromkeys(fragment) | {"type": "reasoning.text"})
+            self.details.append(dict(fragment) if self.track_text and isinstance(fragment, dict) else fragment)
         else:
             detail = self.details[pos]
             for key in FILLED_KEYS:
                 if key in fragment and key not in detail:
-                    detail[key] = fragment[key]
+                    detail[key] = fragment[key] if self.track_text else None
         last = self.details[-1]
         is_open = isinstance(last, dict) and last.get("type") == "reasoning.text" and "signature" not in last
         self.open_text = len(self.details) - 1 if is_open else -1

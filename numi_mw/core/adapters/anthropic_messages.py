@@ -34,6 +34,7 @@ from numi_mw.core.adapters.base import (
     event_index,
     function_tool,
     output_limit,
+    remember,
 )
 from numi_mw.core.controls import ReasoningControls
 from numi_mw.core.errors import ApiError, invalid_request, upstream_unavailable
@@ -703,7 +704,7 @@ class StreamTranslator(ChunkStream):
             return []
         kind = block.get("type")
         if kind == "thinking":
-            self._blocks[index] = ["thinking", self._details, False]
+            remember(self._blocks, index, ["thinking", self._details, False])
             self._details += 1
             text = block.get("thinking")
             out = self._delta(index, {"type": "thinking_delta", "thinking": text}) if text else []
@@ -714,13 +715,13 @@ class StreamTranslator(ChunkStream):
         if kind == "redacted_thinking":
             position = self._details
             self._details += 1
-            self._blocks[index] = ["redacted", position, True]
+            remember(self._blocks, index, ["redacted", position, True])
             detail = {"type": "reasoning.encrypted", "data": block.get("data"), "format": FORMAT, "index": position}
             return [self._chunk({"reasoning_details": [detail]})]
         if kind == "tool_use":
             ordinal = self._calls
             self._calls += 1
-            self._blocks[index] = ["tool", ordinal, False, block.get("input")]
+            remember(self._blocks, index, ["tool", ordinal, False, block.get("input")])
             call = {
                 "index": ordinal,
                 "id": block.get("id"),
@@ -729,10 +730,10 @@ class StreamTranslator(ChunkStream):
             }
             return [self._chunk({"tool_calls": [call]})]
         if kind == "text":
-            self._blocks[index] = ["text", 0, False]
+            remember(self._blocks, index, ["text", 0, False])
             text = block.get("text")
             return [self._chunk({"content": text})] if isinstance(text, str) and text else []
-        self._blocks[index] = ["other", 0, False]  # server tools and their results: the server ran them
+        remember(self._blocks, index, ["other", 0, False])  # server tools and their results: the server ran them
         return []
 
     def _delta(self, index: Any, delta: Any) -> list[dict[str, Any]]:

@@ -144,6 +144,20 @@ def event_index(value: Any) -> Any:
     return None if isinstance(value, list | dict) else value
 
 
+MAX_TRACKED = 1024
+"""How many blocks (Anthropic) or output items (Responses) of one stream a translator keeps state for; past it,
+the oldest is forgotten (``remember``), so a stream that names a million blocks keeps bounded state."""
+
+
+def remember(states: dict[Any, Any], key: Any, state: Any) -> None:
+    """``states[key] = state``, the oldest entry forgotten when ``states`` holds more than ``MAX_TRACKED``. An event
+    for a forgotten block or item is read as one for a block or item not seen before: its text, signatures and
+    data still go out (``docs/wire-apis.md``)."""
+    states[key] = state
+    if len(states) > MAX_TRACKED:
+        del states[next(iter(states))]
+
+
 def call_function(call: Any, path: str) -> dict[str, Any]:
     """The ``function`` object of the chat tool call at ``path`` (``messages[2].tool_calls[0]``).
 

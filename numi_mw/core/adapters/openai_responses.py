@@ -50,6 +50,7 @@ from numi_mw.core.adapters.base import (
     event_index,
     function_tool,
     output_limit,
+    remember,
 )
 from numi_mw.core.controls import ReasoningControls
 from numi_mw.core.errors import ApiError, invalid_request, upstream_unavailable
@@ -895,11 +896,11 @@ class StreamTranslator(ChunkStream):
             state = _Item(kind, ident if isinstance(ident, str) else None, index if index is not None else self._items)
             self._items += 1
             if index is not None:
-                self._by_index[index] = state
+                remember(self._by_index, index, state)
         if state.id is None and isinstance(ident, str):
             state.id = ident
-        if state.id is not None:
-            self._by_id.setdefault(state.id, state)
+        if state.id is not None and state.id not in self._by_id:
+            remember(self._by_id, state.id, state)
         return state
 
     def _reasoning(self, state: _Item, part: str, index: Any, source: Any, delta: bool) -> list[dict[str, Any]]:
