@@ -298,3 +298,18 @@ def test_native_translators_keep_state_for_at_most_max_tracked_blocks_and_items(
         item = {"type": "message", "id": f"msg_{index}"}
         responses.event({"type": "response.output_item.added", "output_index": index, "item": item})
     assert (len(responses._by_index), len(responses._by_id)) == (MAX_TRACKED, MAX_TRACKED)
+
+
+def test_a_long_phase_of_field_reasoning_keeps_bounded_echo_state() -> None:
+    from numi_mw.core.think import MAX_ECHO_CHARS, ReasoningEcho
+
+    echo = ReasoningEcho()
+    for _ in range(MAX_ECHO_CHARS // 1000 + 1):
+        echo.fields("x" * 1000)
+    assert (echo._parts, echo._f) == ([], "")
+    # tagged reasoning after it is no longer compared: it goes out as it comes
+    assert echo.filter([("reasoning", "x" * 10)]) == [("reasoning", "x" * 10)]
+    # a whole message's reasoning is compared however long it is
+    whole = ReasoningEcho(None)
+    whole.fields("x" * (MAX_ECHO_CHARS + 1))
+    assert whole.filter([("reasoning", "x" * 10)]) == []
