@@ -251,12 +251,12 @@ def test_sse_decoder_takes_any_bytes(body: bytes, split: int) -> None:
 @FUZZ
 @given(text=st.lists(tag_text, max_size=8), start=st.sampled_from(THINK_STARTS))
 def test_think_splitter_takes_any_text(text: list[str], start: Any) -> None:
-    """Any text fed in any pieces comes out as pieces whose texts, joined, hold every character that is not
-    markup, and the splitter never raises."""
+    """Any text of tags and harmony markup, fed in any pieces, comes out as ``(kind, text)`` pieces of a known kind;
+    the splitter never raises."""
     splitter = ThinkTags(start=start).splitter()
     pieces = [piece for part in text for piece in splitter.feed(part)] + splitter.flush()
     for kind, piece in pieces:
-        assert isinstance(kind, str) and isinstance(piece, str)
+        assert kind in ("content", "reasoning", "tool_call", "tool_arguments") and isinstance(piece, str)
 
 
 @FUZZ
