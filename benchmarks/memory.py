@@ -4,9 +4,11 @@
   process holds before the call (the body itself is already in memory). Measured twice: tracemalloc's peak of
   Python allocations during the call (the figure the target is checked on: deterministic, counts the output
   too), and the growth of peak RSS (``VmHWM`` reset through ``/proc/self/clear_refs`` where the kernel allows).
-- ``stream``: events fed one by one through one ``SSERewriter``; tracemalloc's current size after the
-  checkpoint (10k events) and at the end (100k events), and the time per event in the first and the last
-  window of that many events (a run without tracemalloc).
+- ``stream``: events fed one by one through one ``SSERewriter``, every other one a chunk of the spec-shaped
+  stream and every other one a new detail on one of 300 choices (``payloads.many_details_event``), so that
+  state kept per detail or per choice shows; tracemalloc's current size after the checkpoint (10k events) and
+  at the end (100k events), and the time per event in the first and the last window of that many events (a run
+  without tracemalloc).
 - ``bounds``: the sidecar app (in-process, raw ASGI drive, an upstream that sends 64 KiB network reads) relaying a
   stream whose one data line is 64 MiB, and answering a buffered completion sent as a gzip bomb (255 KiB that
   decode to 256 MiB); tracemalloc's peak and the growth of peak RSS during each, against the bound that holds
@@ -100,6 +102,11 @@ def _stream_worker(events: int, checkpoint: int, seconds: float) -> dict[str, An
 
     spec = payloads.spec_stream_events(2000)
     cycle, tail = spec[:-3], spec[-3:]
+    many = payloads.many_details_event
+
+    def event_at(i: int) -> bytes:
+        return cycle[(i // 2) % len(cycle)] if i % 2 == 0 else many(i // 2)
+
     deadline = time.perf_counter() + seconds / 2
 
     # Timing run, without tracemalloc: time per event in the first and the last window of ``checkpoint`` events.
@@ -108,7 +115,7 @@ def _stream_worker(events: int, checkpoint: int, seconds: float) -> dict[str, An
     first_window = last_window = None
     timed = 0
     for i in range(events):
-        rewriter.feed(cycle[i % len(cycle)])
+        rewriter.feed(event_at(i))
         timed = i + 1
         if timed % checkpoint == 0:
             now = time.perf_counter()
@@ -128,7 +135,7 @@ def _stream_worker(events: int, checkpoint: int, seconds: float) -> dict[str, An
     at_checkpoint = None
     fed = 0
     for i in range(events):
-        rewriter.feed(cycle[i % len(cycle)])
+        rewriter.feed(event_at(i))
         fed = i + 1
         if fed == checkpoint:
             gc.collect()

@@ -236,6 +236,26 @@ def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
     return b"data: " + _compact(chunk) + b"\n\n"
 
 
+def many_details_event(i: int, choices: int = 300) -> bytes:
+    """Event ``i`` of a stream with many details and many choices: choice ``i % choices`` gets a new detail, a
+    signed ``reasoning.text`` (text and signature together: a detail of its own) or, every other time, a
+    ``reasoning.encrypted`` one, each with its own text, signature or data (about 300 bytes), as a provider that
+    sends many choices and many thinking blocks would. Made on the fly, so a long run holds none of them."""
+    unique = f"{i:08d}" * 30
+    if i % 2:
+        detail: dict[str, Any] = {"type": "reasoning.encrypted", "data": unique, "format": "anthropic-claude-v1"}
+    else:
+        detail = {"type": "reasoning.text", "text": f"Step {i}. ", "signature": unique, "format": "anthropic-claude-v1"}
+    chunk = {
+        "id": _CHUNK_ID,
+        "object": "chat.completion.chunk",
+        "created": 1790000000,
+        "model": "openai/gpt-6-luna",
+        "choices": [{"index": i % choices, "delta": {"reasoning_details": [detail]}, "finish_reason": None}],
+    }
+    return b"data: " + _compact(chunk) + b"\n\n"
+
+
 def spec_stream_events(events: int = 2000, reasoning_share: float = 0.6) -> list[bytes]:
     """The events (each ending with its blank line) of a stream shaped like spec 004's streaming example.
 

@@ -17,7 +17,7 @@ from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.catalog import Catalog, CatalogError, unknown_efforts, unknown_keys
 from numi_mw.core.codec import UNDECODABLE, decode_lenient, decoder, encode, encode_lenient
 from numi_mw.core.details import fragments_from_body, rebuild_reasoning_details
-from numi_mw.core.errors import ApiError
+from numi_mw.core.errors import ApiError, invalid_request
 from numi_mw.core.providers import PROVIDERS, WIRE_API_NAMES, ProviderRules, infer_provider, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request
 from numi_mw.core.response import (
@@ -29,6 +29,7 @@ from numi_mw.core.response import (
     think_tags_for,
 )
 from numi_mw.core.routing import fixed_route, rules_for
+from numi_mw.core.sse import SSEDecoder
 from numi_mw.core.think import THINK_STARTS, ThinkTags
 from numi_mw.proxy.ops import LOG_FORMATS, log_config
 
@@ -252,6 +253,14 @@ def _response(args: argparse.Namespace) -> int:
     content_type = "text/event-stream" if streamed else "application/json"
     status = 200
     adapter = WIRE_APIS.get(args.wire_api)
+    if adapter is None:
+        not_an_answer = _not_an_answer(body, streamed)
+        if not_an_answer is not None:
+            sys.stdout.buffer.write(not_an_answer.to_bytes() + b"\n")
+            return 1
+        if not streamed and _is_error_body(decode_lenient(body)):
+            sys.stdout.buffer.write(body)  # the upstream's own error: the client gets it as it came
+            return 1
     if adapter is not None and content_type == "application/json":
         value = decode_lenient(body)
         openai_style = isinstance(value, dict) and isinstance(value.get("error"), dict)
@@ -271,14 +280,45 @@ def _response(args: argparse.Namespace) -> int:
     return 1 if refused else 0
 
 
+_PASSED = "the sidecar would pass it to the client as it came"
+
+
+def _not_an_answer(body: bytes, streamed: bool) -> ApiError | None:
+    """Why ``body``, given to ``numi-mw response`` for a chat completions route, is not an upstream's answer at
+    all (``docs/cli.md``), or ``None`` when it is one: a JSON object with a ``choices`` array or an ``error``
+    object, or a stream with at least one event whose data is a JSON object or ``[DONE]``."""
+    if not body.strip():
+        return ApiError("invalid_json", "The response on stdin is empty; send the upstream's body.")
+    if not streamed:
+        value = decode_lenient(body)
+        if value is UNDECODABLE:
+            return ApiError("invalid_json", f"The response on stdin is not JSON; {_PASSED}.")
+        if isinstance(value, dict) and (isinstance(value.get("choices"), list) or _is_error_body(value)):
+            return None
+        return invalid_request(
+            f"The response on stdin is not a chat completion (an object with a choices array); {_PASSED}.", "choices"
+        )
+    decoder = SSEDecoder()
+    for event in decoder.feed(body) + decoder.flush():
+        data = event.data
+        if data is not None and (data == b"[DONE]" or isinstance(decode_lenient(data), dict)):
+            return None
+    return invalid_request(f"The response on stdin is not an SSE stream of chat completion chunks; {_PASSED}.")
+
+
+def _is_error_body(value: Any) -> bool:
+    """Whether ``value`` is an OpenAI-style error body (``{"error": {...}}``)."""
+    return isinstance(value, dict) and isinstance(value.get("error"), dict)
+
+
 def _rebuild(args: argparse.Namespace) -> int:
     body = sys.stdin.buffer.read()
     try:
-        fragments = fragments_from_body(body)
-    except ValueError as exc:
-        sys.stderr.write(f"numi-mw rebuild: {exc}\n")
+        details = rebuild_reasoning_details(fragments_from_body(body))
+    except ApiError as error:  # input that is not fragments: the error body, as ``request`` writes one
+        sys.stdout.buffer.write(error.to_bytes() + b"\n")
         return 1
-    sys.stdout.buffer.write(encode_lenient(rebuild_reasoning_details(fragments)) + b"\n")
+    sys.stdout.buffer.write(encode_lenient(details) + b"\n")
     return 0
 
 

@@ -99,10 +99,104 @@ def test_rebuild_from_a_json_list_and_from_sse() -> None:
     assert json.loads(result.stdout) == expected
 
 
-def test_rebuild_rejects_other_input() -> None:
-    result = run(["rebuild"], b"hello")
-    assert result.returncode == 1
-    assert result.stderr.startswith(b"numi-mw rebuild: ")
+def error(message: str, code: str = "invalid_request", param: str | None = None) -> bytes:
+    return (
+        json.dumps(
+            {"error": {"message": message, "type": "invalid_request_error", "code": code, "param": param}},
+            separators=(",", ":"),
+        ).encode()
+        + b"\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("stdin", "expected"),
+    [
+        (
+            b"hello",
+            error(
+                "The input is neither a JSON array of reasoning_details fragments nor an SSE stream of chat "
+                "completion chunks."
+            ),
+        ),
+        (b"", error("The request body is empty; send a JSON object.", "invalid_json")),
+        (
+            b"[1,2]",
+            error(
+                "reasoning_details[0] must be a reasoning detail fragment (an object), not int.",
+                param="reasoning_details[0]",
+            ),
+        ),
+        (
+            b'[{"type":"reasoning.text","text":"a"},{"type":"reasoning.text","text":["b"]}]',
+            error("reasoning_details[1].text must be a string or null, not list.", param="reasoning_details[1].text"),
+        ),
+        (
+            b"[1,",
+            error(
+                "The input opens like a JSON array but is not JSON; send an array of reasoning_details fragments "
+                "or an SSE stream of chunks.",
+                "invalid_json",
+            ),
+        ),
+    ],
+)
+def test_rebuild_refuses_input_that_is_not_fragments_with_an_error_body(stdin: bytes, expected: bytes) -> None:
+    result = run(["rebuild"], stdin)
+    assert (result.returncode, result.stdout, result.stderr) == (1, expected, b"")
+
+
+PASSED = "the sidecar would pass it to the client as it came"
+
+
+@pytest.mark.parametrize(
+    ("stdin", "expected"),
+    [
+        (b"", error("The response on stdin is empty; send the upstream's body.", "invalid_json")),
+        (b"{bad", error(f"The response on stdin is not JSON; {PASSED}.", "invalid_json")),
+        (
+            b"[1,2]",
+            error(
+                f"The response on stdin is not a chat completion (an object with a choices array); {PASSED}.",
+                param="choices",
+            ),
+        ),
+        (
+            b'{"choices":"x"}',
+            error(
+                f"The response on stdin is not a chat completion (an object with a choices array); {PASSED}.",
+                param="choices",
+            ),
+        ),
+        (
+            b"data: hello\n\n",
+            error(f"The response on stdin is not an SSE stream of chat completion chunks; {PASSED}."),
+        ),
+    ],
+)
+def test_response_refuses_input_that_is_no_answer_with_an_error_body(
+    tmp_path: Path, stdin: bytes, expected: bytes
+) -> None:
+    request = tmp_path / "request.json"
+    request.write_text('{"model": "m"}')
+    result = run(["response", "--request", str(request)], stdin)
+    assert (result.returncode, result.stdout) == (1, expected)
+
+
+def test_response_passes_an_upstream_error_body_and_exits_1(tmp_path: Path) -> None:
+    request = tmp_path / "request.json"
+    request.write_text('{"model": "m"}')
+    body = b'{"error":{"message":"Rate limit reached.","type":"requests","code":"rate_limit_exceeded","param":null}}'
+    result = run(["response", "--request", str(request), "--provider", "openai"], body)
+    assert (result.returncode, result.stdout) == (1, body)
+
+
+def test_response_with_a_choice_index_that_is_an_array_passes_the_choice_through(tmp_path: Path) -> None:
+    request = tmp_path / "request.json"
+    request.write_text('{"model": "m", "stream": true}')
+    odd = b'data: {"choices":[{"index":[0],"delta":{"reasoning_content":"Hm."},"finish_reason":null}]}\n\n'
+    result = run(["response", "--request", str(request), "--provider", "deepseek"], odd + b"data: [DONE]\n\n")
+    assert (result.returncode, result.stdout) == (0, odd + b"data: [DONE]\n\n")
 
 
 PACKAGED = str(Path(__file__).resolve().parents[1] / "numi_mw" / "catalog.toml")

@@ -493,3 +493,17 @@ def test_with_a_native_wire_api_a_body_not_labelled_json_is_still_translated() -
     assert response.json()["object"] == "chat.completion"
     assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_json")
     assert len(seen) == 1
+
+
+async def test_a_choice_index_that_is_an_array_passes_and_the_stream_ends_with_done() -> None:
+    start = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+    odd = b'data: {"choices":[{"index":[0],"delta":{"reasoning_content":"Hm."},"finish_reason":null}]}\n\n'
+    events = [
+        {"type": "http.response.body", "body": odd, "more_body": True},
+        {"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False},
+    ]
+    app = ReasoningMiddleware(replying(start, *events), provider="deepseek")
+    sent = await drive(app, [(b"content-type", b"application/json")], [b'{"model":"m","stream":true}'])
+    assert b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body") == (
+        odd + b"data: [DONE]\n\n"
+    )

@@ -115,8 +115,8 @@ def _own_calls(delta: dict[str, Any], calls: list[Any], state: _Choice) -> dict[
     changed = False
     out: list[Any] = []
     for call in calls:
-        if isinstance(call, dict) and "index" in call:
-            upstream = call["index"]
+        if isinstance(call, dict) and "index" in call and not isinstance(call["index"], list | dict):
+            upstream = call["index"]  # (a list or an object is no index: the call goes as it came)
             index = indices.get(upstream)
             if index is None:
                 if type(upstream) is int and upstream not in state.calls_sent:
@@ -188,6 +188,12 @@ def _details_text(delta: dict[str, Any]) -> str:
     return visible_text(details) if isinstance(details, list) else ""
 
 
+MAX_CHOICES: Final = 128
+"""The most choices of one stream the normalizer follows (OpenAI's ``n`` is at most 128). A chunk's choice with any
+other ``index`` once this many have state passes through as it came (``docs/streaming.md``, "Memory"), so a stream
+that names a million choice indexes keeps bounded state, and nothing of it is lost or changed."""
+
+
 class _ChoiceStates(dict[Any, _Choice]):
     """The per-choice states of one stream by choice ``index``; a state is made on first use (``__missing__``,
     so that a lookup of a known choice stays a plain dict lookup)."""
@@ -197,6 +203,10 @@ class _ChoiceStates(dict[Any, _Choice]):
     def __init__(self, think: ThinkTags | None) -> None:
         super().__init__()
         self.think = think
+
+    def follows(self, index: Any) -> bool:
+        """Whether the choice ``index`` has a state or may get one: at most ``MAX_CHOICES`` per stream."""
+        return index in self or len(self) < MAX_CHOICES
 
     def __missing__(self, index: Any) -> _Choice:
         state = _Choice(splitter=self.think.splitter() if self.think is not None else None)
@@ -240,7 +250,7 @@ class ChunkNormalizer:
         if not isinstance(choices, list) or not choices:
             return UNCHANGED
         self._envelope = data
-        if len(choices) == 1:
+        if len(choices) == 1 and self._follows(choices[0]):
             if self._plain:
                 fast = self._fast(data, choices[0])
                 if fast is not _SLOW:
@@ -252,7 +262,7 @@ class ChunkNormalizer:
         results: list[list[Any]] = []
         changed = False
         for choice in choices:
-            entries = self._normalize_choice(choice) if _is_delta_choice(choice) else UNCHANGED
+            entries = self._normalize_choice(choice) if self._follows(choice) else UNCHANGED
             if entries is UNCHANGED:
                 results.append([choice])
             else:
@@ -467,6 +477,11 @@ class ChunkNormalizer:
                 out.append({**envelope, "choices": [entry]})
         return out
 
+    def _follows(self, choice: Any) -> bool:
+        """Whether ``choice`` is normalized: a choice the normalizer reads (``_is_delta_choice``) of a choice index
+        it follows (``MAX_CHOICES``); any other leaves as it came."""
+        return _is_delta_choice(choice) and self._choices.follows(choice.get("index", 0))
+
     def _sent(self, state: _Choice) -> None:
         """A delta with reasoning goes out for ``state``'s choice."""
         state.sent += 1
@@ -552,7 +567,11 @@ class ChunkNormalizer:
         entries.append({**choice, "delta": deltas[-1]})
         if state.call_index >= 0 and finishing and choice.get("finish_reason") == "stop":
             entries[-1]["finish_reason"] = "tool_calls"
-        entries = [e for e in entries if e["delta"] or e.get("finish_reason") is not None]
+        entries = [e for e in entries if e["delta"] or e.get("finish_reason") is not None or _carries_more(e)]
+        if self.exclude:
+            entries = [kept for e in entries if (kept := _unless_emptied(e)) is not None]
+            if not entries:
+                return []
         entries = self._close_after_reasoning(state, entries)
         if entries[-1:] == [choice]:
             if len(entries) == 1:
@@ -765,6 +784,34 @@ def _chunks_of(data: dict[str, Any], results: list[list[Any]]) -> list[dict[str,
     return chunks
 
 
+_CHOICE_KEYS: Final = frozenset(("index", "delta", "finish_reason"))
+"""The choice keys a normalizer sets; any other one with a value (``logprobs``, a provider's own) is the upstream's."""
+
+
+def _carries_more(entry: dict[str, Any]) -> bool:
+    """Whether a choice ``entry`` carries a value beyond its delta and finish reason (``logprobs``, a provider's own
+    field), so that it is never dropped for an empty delta."""
+    return any(value is not None for key, value in entry.items() if key not in _CHOICE_KEYS)
+
+
+def _unless_emptied(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """``entry`` as it goes out with ``exclude``: ``None`` (dropped) when taking the reasoning out left its delta
+    with nothing but an empty ``content`` (``null`` or ``""``) and it neither finishes the choice nor carries
+    anything else; when that delta holds the ``role`` (a stream's first chunk), only the role is kept, which
+    clients read from the first chunk (``docs/streaming.md``, "Excluded reasoning")."""
+    delta = entry["delta"]
+    if entry.get("finish_reason") is not None or _carries_more(entry):
+        return entry
+    for key, value in delta.items():
+        if not (key == "role" or (key == "content" and (value is None or value == ""))):
+            return entry
+    if "role" not in delta:
+        return None
+    if len(delta) == 1:
+        return entry
+    return {**entry, "delta": {"role": delta["role"]}}
+
+
 def _apart(delta: dict[str, Any]) -> list[dict[str, Any]]:
     """``delta`` as one delta per run of ``reasoning_details`` entries with distinct ``index`` values.
 
@@ -781,6 +828,8 @@ def _apart(delta: dict[str, Any]) -> list[dict[str, Any]]:
     seen: set[Any] = set()
     for entry in details:
         index = entry.get("index") if isinstance(entry, dict) else None
+        if isinstance(index, list | dict):
+            index = None  # not an index numi_mw sets (``_emit`` sets integers): it groups with nothing
         if index is not None and index in seen:
             groups.append([])
             seen = set()
@@ -827,4 +876,8 @@ def _with_reasoning(delta: dict[str, Any], fields: dict[str, Any], split: bool) 
 
 
 def _is_delta_choice(choice: Any) -> bool:
-    return isinstance(choice, dict) and isinstance(choice.get("delta"), dict)
+    """Whether ``choice`` is one the normalizer reads: an object with a ``delta`` object and an integer ``index``
+    (or none: it counts as 0). Any other choice (an ``index`` that is a string, a list, an object, ``true``...)
+    is not a chat completion choice numi_mw knows how to follow and leaves as it came, so a provider's odd value
+    never stops the stream (``docs/streaming.md``, "Values numi_mw does not read")."""
+    return type(choice) is dict and type(choice.get("delta")) is dict and (type(choice.get("index", 0)) is int)

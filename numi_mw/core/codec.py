@@ -34,6 +34,8 @@ def request_decode_error(exc: msgspec.DecodeError | RecursionError, body: bytes)
     """
     if isinstance(exc, RecursionError):
         return errors.too_deep()
+    if not body.strip(b" \t\r\n"):  # JSON's whitespace only: msgspec would say "Input data was truncated"
+        return errors.empty_body()
     if decode_fallback(body) is not UNDECODABLE:
         return errors.not_strict_json()
     return errors.invalid_json(str(exc))

@@ -58,6 +58,20 @@ def _check_bool(value: object, param: str) -> bool | None:
     raise invalid_request(f"{param} must be true or false, not {type(value).__name__}.", param)
 
 
+def _whole_number(value: object) -> bool:
+    """Whether ``value`` is a whole number as JSON writes one (``1500``, ``1500.0``, ``-1``), not a boolean."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
+def _shown(value: object) -> str:
+    """How a refused value is named in a message: a number as written, anything else by its JSON type."""
+    if isinstance(value, float) and not isinstance(value, bool):
+        return repr(value)
+    return type(value).__name__
+
+
 def fold_controls(body: dict[str, Any]) -> tuple[ReasoningControls, bool]:
     """Fold ``reasoning_effort`` and ``include_reasoning`` into ``body["reasoning"]``, in place.
 
@@ -68,8 +82,12 @@ def fold_controls(body: dict[str, Any]) -> tuple[ReasoningControls, bool]:
         ``(controls, changed)``: the effective controls and whether ``body`` was modified.
 
     Raises:
-        ApiError: 400 ``invalid_request`` when ``reasoning`` is not an object, ``reasoning_effort`` is not a
-            string, or ``include_reasoning``, ``reasoning.exclude`` or ``reasoning.enabled`` is not a boolean.
+        ApiError: 400 ``invalid_request`` naming the field (``param``) when ``reasoning`` is not an object,
+            ``reasoning_effort`` or ``reasoning.effort`` is not a string, ``reasoning.max_tokens`` is not a whole
+            number, or ``include_reasoning``, ``reasoning.exclude`` or ``reasoning.enabled`` is not a boolean
+            (``null`` is omitted for each): every control numi_mw rewrites into another field (``reasoning_effort``,
+            a thinking budget, ``include_reasoning``, a switch) is checked before it is rewritten, so numi_mw never
+            sends a value it would itself refuse (``docs/errors.md``).
     """
     has_object = "reasoning" in body
     has_shorthand = "reasoning_effort" in body or "include_reasoning" in body
@@ -100,12 +118,23 @@ def fold_controls(body: dict[str, Any]) -> tuple[ReasoningControls, bool]:
         return NO_CONTROLS, changed
     exclude = _check_bool(obj.get("exclude"), "reasoning.exclude")
     enabled = _check_bool(obj.get("enabled"), "reasoning.enabled")
+    effort = obj.get("effort")
+    if effort is not None and not isinstance(effort, str):
+        raise invalid_request(
+            f"reasoning.effort must be a string or null, not {type(effort).__name__}.", "reasoning.effort"
+        )
+    budget = obj.get("max_tokens")
+    if budget is not None and not _whole_number(budget):
+        raise invalid_request(
+            f"reasoning.max_tokens must be a whole number of tokens or null, not {_shown(budget)}.",
+            "reasoning.max_tokens",
+        )
     controls = ReasoningControls(
         present=True,
-        effort=obj.get("effort"),
+        effort=effort,
         enabled=enabled,
         exclude=bool(exclude),
-        max_tokens=obj.get("max_tokens"),
+        max_tokens=budget,
     )
     return controls, changed
 

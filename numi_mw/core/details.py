@@ -94,6 +94,45 @@ def check_detail_limits(messages: list[Any]) -> None:
                     )
 
 
+MAX_RECENT_TEXT_DETAILS = 16
+"""How many of a stream's most recent ``reasoning.text`` details its rebuilder keeps (``RecentDetails``)."""
+
+
+class RecentDetails:
+    """The details of a stream's rebuild as far as the rules still read them, in constant memory: how many there
+    are, and the last ``MAX_RECENT_TEXT_DETAILS`` ``reasoning.text`` details as the names of their fields (values
+    ``None``). Rules 2 and 3 of spec 004 "From a stream" fill only the most recent (unsigned) ``reasoning.text``
+    detail, and no other detail is ever read again. A signature-only fragment that would complete an unsigned text
+    detail older than that window (more than 16 text details back, every later one signed) finds none and is kept
+    as a detail of its own, signature and all: it is never lost (``docs/streaming.md``, "Memory").
+
+    A list to ``DetailsRebuilder``: ``len``, ``append``, and ``[pos]``, which is ``None`` for a detail not kept.
+    """
+
+    __slots__ = ("_count", "_kept")
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._kept: dict[int, dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, pos: int) -> Any:
+        return self._kept.get(pos + self._count if pos < 0 else pos)
+
+    def append(self, detail: Any) -> None:
+        if isinstance(detail, dict) and detail.get("type") == "reasoning.text":
+            self._kept[self._count] = dict.fromkeys(detail) | {"type": "reasoning.text"}
+            if len(self._kept) > MAX_RECENT_TEXT_DETAILS:
+                del self._kept[next(iter(self._kept))]
+        self._count += 1
+
+    def latest_first(self) -> list[int]:
+        """The positions of the kept details, the most recent first."""
+        return list(reversed(self._kept))
+
+
 class DetailsRebuilder:
     """The rebuild of spec 004 "From a stream", one fragment at a time (``rebuild_reasoning_details`` runs it).
 
@@ -101,9 +140,10 @@ class DetailsRebuilder:
     each streamed fragment the ``index`` of the detail it lands in (``docs/streaming.md``).
 
     Args:
-        track_text: keep the text rule 1 appends. A stream normalizer that only needs to know where fragments go
-            passes ``False``: memory then stays constant in the stream's length (a detail keeps the text of its
-            first fragment only).
+        track_text: keep the details and the text rule 1 appends. A stream normalizer that only needs to know
+            where fragments go passes ``False``: ``details`` is then a ``RecentDetails``, which keeps no text,
+            signature or encrypted data and at most ``MAX_RECENT_TEXT_DETAILS`` details, so memory stays constant
+            in the stream's length and in its number of details.
 
     Attributes:
         details: the details so far (new dicts; the fragments are not modified). Appended text is kept aside
@@ -115,15 +155,17 @@ class DetailsRebuilder:
     __slots__ = ("_parts", "details", "open_text", "track_text")
 
     def __init__(self, *, track_text: bool = True) -> None:
-        self.details: list[Any] = []
+        self.details: list[Any] | RecentDetails = [] if track_text else RecentDetails()
         self.track_text = track_text
         self.open_text = -1
         self._parts: dict[int, list[str]] = {}
 
     def _latest_text(self, *, unsigned_only: bool) -> int | None:
         """Position of the most recent ``reasoning.text`` detail (without a signature if ``unsigned_only``)."""
-        for pos in range(len(self.details) - 1, -1, -1):
-            detail = self.details[pos]
+        details = self.details
+        positions = details.latest_first() if isinstance(details, RecentDetails) else range(len(details) - 1, -1, -1)
+        for pos in positions:
+            detail = details[pos]
             if (
                 isinstance(detail, dict)
                 and detail.get("type") == "reasoning.text"
@@ -156,7 +198,8 @@ class DetailsRebuilder:
         return ("fill", pos)
 
     def result(self) -> list[Any]:
-        """The rebuilt details, with the appended text joined in."""
+        """The rebuilt details, with the appended text joined in (``track_text`` only)."""
+        assert isinstance(self.details, list)
         for pos, parts in self._parts.items():
             self.details[pos]["text"] = "".join(parts)
         self._parts.clear()
@@ -173,12 +216,12 @@ class DetailsRebuilder:
             self.extend(pos, fragment["text"])
             return where
         if action == "new":
-            self.details.append(dict(fragment) if isinstance(fragment, dict) else fragment)
+            self.details.append(dict(fragment) if self.track_text and isinstance(fragment, dict) else fragment)
         else:
             detail = self.details[pos]
             for key in FILLED_KEYS:
                 if key in fragment and key not in detail:
-                    detail[key] = fragment[key]
+                    detail[key] = fragment[key] if self.track_text else None
         last = self.details[-1]
         is_open = isinstance(last, dict) and last.get("type") == "reasoning.text" and "signature" not in last
         self.open_text = len(self.details) - 1 if is_open else -1
@@ -252,7 +295,21 @@ def rebuild_reasoning_details(fragments: list[dict[str, Any]]) -> list[dict[str,
 
     Returns:
         A new list of new dicts (shallow copies); the fragments are not modified.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` when ``fragments`` is not a list, or a fragment's ``text`` is neither
+            a string nor ``null`` (rule 1 appends it to a string; spec 004 "Reasoning detail" makes it text), with
+            ``param`` naming it by its position, ``reasoning_details[1].text``. Nothing is rebuilt then.
     """
+    if not isinstance(fragments, list):
+        raise invalid_request(
+            f"reasoning_details must be an array of fragments, not {type(fragments).__name__}.", "reasoning_details"
+        )
+    for j, fragment in enumerate(fragments):
+        text = fragment.get("text") if isinstance(fragment, dict) else None
+        if text is not None and not isinstance(text, str):
+            path = f"reasoning_details[{j}].text"
+            raise invalid_request(f"{path} must be a string or null, not {type(text).__name__}.", path)
     rebuilder = DetailsRebuilder()
     for fragment in fragments:
         rebuilder.add(fragment)
@@ -260,23 +317,40 @@ def rebuild_reasoning_details(fragments: list[dict[str, Any]]) -> list[dict[str,
 
 
 def fragments_from_body(body: bytes) -> list[Any]:
-    """The streamed reasoning detail fragments in ``body``, in order.
+    """The streamed reasoning detail fragments in ``body``, in order (``numi-mw rebuild``'s input).
 
     Args:
-        body: either a JSON list of fragments, or an SSE stream of chat completion chunks (UTF-8 bytes), whose
-            ``delta.reasoning_details`` entries of choice 0 (the choice with ``index`` 0) are collected.
+        body: either a JSON list of fragments (objects), or an SSE stream of chat completion chunks (UTF-8
+            bytes), whose ``delta.reasoning_details`` entries of choice 0 (the choice with ``index`` 0) are
+            collected as the stream has them.
 
     Raises:
-        ValueError: ``body`` is neither.
+        ApiError: 400 ``invalid_json`` when ``body`` is empty, or opens like a list that is not JSON, or has an
+            SSE event that is not JSON; 400 ``invalid_request`` when it is neither a list nor a stream of chunks,
+            or a list with an entry that is not a fragment object (``param`` ``reasoning_details[1]``)
+            (``docs/cli.md``).
     """
     from numi_mw.core.codec import UNDECODABLE, decode_lenient
+    from numi_mw.core.errors import ApiError, empty_body
     from numi_mw.core.sse import SSEDecoder
 
     stripped = body.lstrip()
+    if not stripped:
+        raise empty_body()
     if stripped.startswith(b"["):
         value = decode_lenient(body)
         if not isinstance(value, list):
-            raise ValueError("not a JSON list of fragments")
+            raise ApiError(
+                "invalid_json",
+                "The input opens like a JSON array but is not JSON; send an array of "
+                "reasoning_details fragments or an SSE stream of chunks.",
+            )
+        for j, entry in enumerate(value):
+            if not isinstance(entry, dict):
+                path = f"reasoning_details[{j}]"
+                raise invalid_request(
+                    f"{path} must be a reasoning detail fragment (an object), not {type(entry).__name__}.", path
+                )
         return value
     sse = SSEDecoder()
     fragments: list[Any] = []
@@ -287,7 +361,7 @@ def fragments_from_body(body: bytes) -> list[Any]:
             continue
         chunk = decode_lenient(event.data)  # what the sidecar sends, NaN and lone surrogates included
         if chunk is UNDECODABLE:
-            raise ValueError(f"an SSE event is not JSON: {event.data[:80]!r}")
+            raise ApiError("invalid_json", f"An SSE event is not JSON ({event.data[:80]!r}); send whole chunks.")
         seen = True
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
         if not isinstance(choices, list):
@@ -301,5 +375,8 @@ def fragments_from_body(body: bytes) -> list[Any]:
             if isinstance(details, list):
                 fragments.extend(details)
     if not seen:
-        raise ValueError("neither a JSON list of fragments nor an SSE stream of chunks")
+        raise invalid_request(
+            "The input is neither a JSON array of reasoning_details fragments nor an SSE stream of chat completion "
+            "chunks."
+        )
     return fragments

@@ -101,6 +101,11 @@ def invalid_json(detail: str) -> ApiError:
     return ApiError("invalid_json", f"The request body is not valid JSON ({detail}); send a JSON object.")
 
 
+def empty_body() -> ApiError:
+    """400 ``invalid_json`` for a request body that is empty or only whitespace."""
+    return ApiError("invalid_json", "The request body is empty; send a JSON object.")
+
+
 def not_strict_json() -> ApiError:
     """400 ``invalid_json`` for a body only the standard library reads: a lone UTF-16 surrogate escape or a
     ``NaN`` / ``Infinity`` literal (requests must be strict JSON, RFC 8259)."""

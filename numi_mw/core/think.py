@@ -329,14 +329,15 @@ class ThinkSplitter:
         self._update_direct()
         return out
 
-    def field_reasoning(self, text: str) -> None:
+    def field_reasoning(self, text: str, *, whole: bool = False) -> None:
         """The stream (or message) carried reasoning ``text`` in its own fields, before the content text fed next:
-        tagged reasoning that repeats it is dropped, by the rule of ``ReasoningEcho``."""
+        tagged reasoning that repeats it is dropped, by the rule of ``ReasoningEcho`` (with ``whole``, for a whole
+        message's reasoning, without ``MAX_ECHO_CHARS``)."""
         if not text:
             return
         echo = self._echo
         if echo is None:
-            echo = self._echo = ReasoningEcho()
+            echo = self._echo = ReasoningEcho(None if whole else MAX_ECHO_CHARS)
         echo.fields(text)
         self._direct = None  # every piece goes through the echo rule
 
@@ -690,6 +691,12 @@ def _put(out: list[Piece], kind: Kind, text: str) -> None:
         out.append((kind, text))
 
 
+MAX_ECHO_CHARS = 65536
+"""The most field reasoning (characters) ``ReasoningEcho`` keeps that no tagged text has matched yet. Past it with
+no tagged text held, the phase has no echo: the field reasoning is forgotten and the phase's tagged reasoning goes
+out as it comes, so a long reasoning phase keeps bounded memory (``docs/streaming.md``, "Memory")."""
+
+
 class ReasoningEcho:
     """Drops tagged reasoning that repeats the reasoning a stream or a message carries in its own fields (spec 004
     "Streaming": read one of the two, never both). llama.cpp with ``--reasoning-format deepseek-legacy`` sends
@@ -708,19 +715,36 @@ class ReasoningEcho:
       of the phase's tagged reasoning, as it comes.
     - At the end of the phase held text equal to the field reasoning, ignoring surrounding whitespace, is dropped
       (an echo); other held text goes out. The phase's field reasoning is then forgotten.
+    - In a stream, field reasoning that runs ``MAX_ECHO_CHARS`` ahead of any tagged text is forgotten, and the
+      phase's tagged reasoning then goes out as it comes: an echo follows its field reasoning closely (llama.cpp
+      sends both in one chunk), and a phase of field reasoning alone keeps bounded memory.
 
     Attributes:
         active: field reasoning came in the current phase (``filter`` returns its pieces unchanged otherwise).
     """
 
-    __slots__ = ("_f", "_fs", "_held", "_m", "_parts", "_passing", "_started", "_tail", "active")
+    __slots__ = (
+        "_f",
+        "_fs",
+        "_held",
+        "_limit",
+        "_m",
+        "_parts",
+        "_parts_len",
+        "_passing",
+        "_started",
+        "_tail",
+        "active",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = MAX_ECHO_CHARS) -> None:
+        self._limit = limit  # ``MAX_ECHO_CHARS`` in a stream; ``None`` for a whole message, already in memory
         self._reset()
 
     def _reset(self) -> None:
         self.active = False  # field reasoning came in this phase
         self._parts: list[str] = []  # field reasoning not joined into ``_f`` yet
+        self._parts_len = 0  # its length in characters
         self._f = ""  # field reasoning without its leading whitespace, from some point at or before ``_m``
         self._fs = False  # the field reasoning had a character that is not whitespace
         self._m = 0  # the end of the match of the held text in ``_f``
@@ -735,6 +759,16 @@ class ReasoningEcho:
         if text and not self._passing:
             self.active = True
             self._parts.append(text)
+            self._parts_len += len(text)
+            limit = self._limit
+            if limit is not None and not self._held and self._parts_len + len(self._f) - self._m > limit:
+                # no tagged echo has followed this much field reasoning: the phase has none, and memory stays
+                # bounded (a late echo would go out as it came, as any tagged text that differs)
+                self._passing = True
+                self._parts = []
+                self._parts_len = 0
+                self._f = ""
+                self._m = 0
 
     def filter(self, pieces: list[Piece]) -> list[Piece]:
         """The pieces to send for a splitter's ``pieces``: tagged reasoning held or dropped as above, held text
@@ -779,6 +813,7 @@ class ReasoningEcho:
             held = "".join(self._held)
             self._held = []
             self._parts = []
+            self._parts_len = 0
             self._f = ""
             return held
         self._m += len(need)
@@ -789,6 +824,7 @@ class ReasoningEcho:
         """Join the new field reasoning to what the held text has not matched yet."""
         text = "".join(self._parts)
         self._parts = []
+        self._parts_len = 0
         if not self._fs:
             text = text.lstrip(_WHITESPACE)
             self._fs = bool(text)
@@ -906,7 +942,7 @@ class ThinkTags:
         )
         if fields:
             splitter.reasoning_in_fields()
-            splitter.field_reasoning(fields)
+            splitter.field_reasoning(fields, whole=True)
         pieces = splitter.feed(text) + splitter.flush()
         reasoning: list[str] = []
         content: list[str] = []

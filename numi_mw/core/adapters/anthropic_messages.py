@@ -31,8 +31,10 @@ from numi_mw.core.adapters.base import (
     chat_completion,
     content_parts,
     count_plain_reasoning,
+    event_index,
     function_tool,
     output_limit,
+    remember,
 )
 from numi_mw.core.controls import ReasoningControls
 from numi_mw.core.errors import ApiError, invalid_request, upstream_unavailable
@@ -666,11 +668,11 @@ class StreamTranslator(ChunkStream):
             return []
         kind = data.get("type")
         if kind == "content_block_delta":
-            return self._delta(data.get("index"), data.get("delta"))
+            return self._delta(event_index(data.get("index")), data.get("delta"))
         if kind == "content_block_start":
-            return self._start(data.get("index"), data.get("content_block"))
+            return self._start(event_index(data.get("index")), data.get("content_block"))
         if kind == "content_block_stop":
-            return self._stop(data.get("index"))
+            return self._stop(event_index(data.get("index")))
         if kind == "message_start":
             message = data.get("message")
             if not isinstance(message, dict):
@@ -702,7 +704,7 @@ class StreamTranslator(ChunkStream):
             return []
         kind = block.get("type")
         if kind == "thinking":
-            self._blocks[index] = ["thinking", self._details, False]
+            remember(self._blocks, index, ["thinking", self._details, False])
             self._details += 1
             text = block.get("thinking")
             out = self._delta(index, {"type": "thinking_delta", "thinking": text}) if text else []
@@ -713,13 +715,13 @@ class StreamTranslator(ChunkStream):
         if kind == "redacted_thinking":
             position = self._details
             self._details += 1
-            self._blocks[index] = ["redacted", position, True]
+            remember(self._blocks, index, ["redacted", position, True])
             detail = {"type": "reasoning.encrypted", "data": block.get("data"), "format": FORMAT, "index": position}
             return [self._chunk({"reasoning_details": [detail]})]
         if kind == "tool_use":
             ordinal = self._calls
             self._calls += 1
-            self._blocks[index] = ["tool", ordinal, False, block.get("input")]
+            remember(self._blocks, index, ["tool", ordinal, False, block.get("input")])
             call = {
                 "index": ordinal,
                 "id": block.get("id"),
@@ -728,10 +730,10 @@ class StreamTranslator(ChunkStream):
             }
             return [self._chunk({"tool_calls": [call]})]
         if kind == "text":
-            self._blocks[index] = ["text", 0, False]
+            remember(self._blocks, index, ["text", 0, False])
             text = block.get("text")
             return [self._chunk({"content": text})] if isinstance(text, str) and text else []
-        self._blocks[index] = ["other", 0, False]  # server tools and their results: the server ran them
+        remember(self._blocks, index, ["other", 0, False])  # server tools and their results: the server ran them
         return []
 
     def _delta(self, index: Any, delta: Any) -> list[dict[str, Any]]:

@@ -137,6 +137,27 @@ def output_limit(data: dict[str, Any]) -> Any:
     return min(numbers) if len(numbers) == len(limits) else limits[0]
 
 
+def event_index(value: Any) -> Any:
+    """A native event's ``index`` (a block's, a part's) as the key its stream state is kept under: a JSON scalar
+    as it is; a list or an object, which no wire API sends and which cannot be a key, as ``None``, the key of an
+    event that names no index. Any value the upstream sends is then read, never raised on."""
+    return None if isinstance(value, list | dict) else value
+
+
+MAX_TRACKED = 1024
+"""How many blocks (Anthropic) or output items (Responses) of one stream a translator keeps state for; past it,
+the oldest is forgotten (``remember``), so a stream that names a million blocks keeps bounded state."""
+
+
+def remember(states: dict[Any, Any], key: Any, state: Any) -> None:
+    """``states[key] = state``, the oldest entry forgotten when ``states`` holds more than ``MAX_TRACKED``. An event
+    for a forgotten block or item is read as one for a block or item not seen before: its text, signatures and
+    data still go out (``docs/wire-apis.md``)."""
+    states[key] = state
+    if len(states) > MAX_TRACKED:
+        del states[next(iter(states))]
+
+
 def call_function(call: Any, path: str) -> dict[str, Any]:
     """The ``function`` object of the chat tool call at ``path`` (``messages[2].tool_calls[0]``).
 

@@ -47,8 +47,10 @@ from numi_mw.core.adapters.base import (
     chat_completion,
     content_parts,
     count_plain_reasoning,
+    event_index,
     function_tool,
     output_limit,
+    remember,
 )
 from numi_mw.core.controls import ReasoningControls
 from numi_mw.core.errors import ApiError, invalid_request, upstream_unavailable
@@ -894,18 +896,18 @@ class StreamTranslator(ChunkStream):
             state = _Item(kind, ident if isinstance(ident, str) else None, index if index is not None else self._items)
             self._items += 1
             if index is not None:
-                self._by_index[index] = state
+                remember(self._by_index, index, state)
         if state.id is None and isinstance(ident, str):
             state.id = ident
-        if state.id is not None:
-            self._by_id.setdefault(state.id, state)
+        if state.id is not None and state.id not in self._by_id:
+            remember(self._by_id, state.id, state)
         return state
 
     def _reasoning(self, state: _Item, part: str, index: Any, source: Any, delta: bool) -> list[dict[str, Any]]:
         """A summary (``part`` ``summary``) or reasoning-text (``text``) fragment: from a delta event, or the
         ``.done`` text of a part that had no deltas (``source`` is the event or the part)."""
         text = (source.get("delta") if delta else source.get("text")) if isinstance(source, dict) else None
-        key = (part, index if index is not None else 0)
+        key = (part, event_index(index) if index is not None else 0)
         if not isinstance(text, str) or not text or (not delta and key in state.streamed):
             return []
         opening = key not in state.streamed
@@ -930,7 +932,7 @@ class StreamTranslator(ChunkStream):
         text = None
         if isinstance(source, dict):
             text = source.get("delta") if delta else source.get("text" if part == "content" else "refusal")
-        key = (part, index if index is not None else 0)
+        key = (part, event_index(index) if index is not None else 0)
         if not isinstance(text, str) or not text or (not delta and key in state.streamed):
             return []
         state.streamed.add(key)
