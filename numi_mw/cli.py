@@ -29,7 +29,7 @@ from numi_mw.core.response import (
     think_tags_for,
 )
 from numi_mw.core.routing import fixed_route, rules_for
-from numi_mw.core.sse import SSEDecoder
+from numi_mw.core.sse import EventTooLarge, SSEDecoder
 from numi_mw.core.think import THINK_STARTS, ThinkTags
 from numi_mw.proxy.ops import LOG_FORMATS, log_config
 
@@ -298,8 +298,12 @@ def _not_an_answer(body: bytes, streamed: bool) -> ApiError | None:
         return invalid_request(
             f"The response on stdin is not a chat completion (an object with a choices array); {_PASSED}.", "choices"
         )
-    decoder = SSEDecoder()
-    for event in decoder.feed(body) + decoder.flush():
+    decoder = SSEDecoder(DEFAULT_MAX_EVENT_BYTES)
+    try:
+        events = decoder.feed(body) + decoder.flush()
+    except EventTooLarge:  # an event over the bound: the rewriter ends the stream as the sidecar does
+        return None
+    for event in events:
         data = event.data
         if data is not None and (data == b"[DONE]" or isinstance(decode_lenient(data), dict)):
             return None
