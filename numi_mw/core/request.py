@@ -7,7 +7,8 @@
 3. route: a fixed route, or one chosen through a catalog (``routing.route_request``);
 4. the pipeline for that route (``prepare_for_route``): controls in the provider's form, Z.AI's ``thinking``,
    spec 000's message preparation filter, spec 004's reasoning / reasoning_content table, the detail size
-   limits;
+   limits; before it, the opaque state a replay store kept is put back on the turns that lack it
+   (``replay.restore``, when the shell passes ``restored``);
 5. for a route whose wire API is not chat completions, the translation by its adapter (``core.adapters``);
    then encode (the original bytes when nothing changed).
 """
@@ -36,6 +37,7 @@ from numi_mw.core.details import MAX_SIGNATURE_BYTES, check_detail_limits
 from numi_mw.core.errors import invalid_request, payload_too_large
 from numi_mw.core.history import normalize_messages, prepare_messages
 from numi_mw.core.providers import ProviderRules
+from numi_mw.core.replay import restore
 from numi_mw.core.routing import Route, fixed_route, route_request
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -148,6 +150,8 @@ class PreparedRequest(msgspec.Struct, frozen=True, gc=False):
         adjustments: what numi_mw changed or left out so that the provider accepts the request, each ``name`` or
             ``name=value`` (``effort-dropped``, ``unsigned-reasoning-dropped=2``; ``docs/wire-apis.md``,
             ``docs/providers.md``); the shells send them in the ``x-numi-mw-adjustments`` response header.
+        restored: how many assistant turns got their opaque state back from a replay store (``replay.restore``);
+            the shells send it in the ``x-numi-mw-restored`` response header when it is not 0.
     """
 
     body: bytes
@@ -157,6 +161,7 @@ class PreparedRequest(msgspec.Struct, frozen=True, gc=False):
     route: Route
     translation: Translation | None = None
     adjustments: list[str] = []
+    restored: int = 0
 
 
 def prepare_request(
@@ -165,6 +170,7 @@ def prepare_request(
     *,
     headers: Mapping[str, str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    restored: Mapping[str, bytes] | None = None,
 ) -> PreparedRequest:
     """Prepare a chat completions request body for its upstream (the steps are this module's docstring).
 
@@ -178,6 +184,9 @@ def prepare_request(
             ``routing.fixed_route``), or a ``Catalog`` to route through.
         headers: request headers with lower-case names (a catalog reads ``x-session-id``).
         max_body_bytes: the body limit in bytes.
+        restored: opaque state a replay store holds for assistant turns of the body, by turn key
+            (``replay.missing_in_body`` gives the keys); put back on the turns that lack it before the route's
+            filter runs (``replay.restore``), so that spec 000's table still decides what the provider receives.
 
     Raises:
         ApiError: 413 ``payload_too_large`` over ``max_body_bytes``; 400 ``invalid_json`` when ``body`` is not
@@ -190,7 +199,7 @@ def prepare_request(
         raise payload_too_large(max_body_bytes, len(body))
     route = fixed_route(target) if isinstance(target, ProviderRules) else target
     found = _REWRITE
-    if isinstance(route, Route) and route.probes and len(body) <= PROBE_MAX_BYTES:
+    if isinstance(route, Route) and route.probes and len(body) <= PROBE_MAX_BYTES and not restored:
         found = probe(body, route)
         if found is _PLAIN or found is _PLAIN_STREAM:
             return PreparedRequest(body, False, NO_CONTROLS, found is _PLAIN_STREAM, route)
@@ -206,16 +215,19 @@ def prepare_request(
         check_output_limits(data)
         if adapter.default_max_tokens is not None and output_limit(data) is None:
             data["max_tokens"] = default_max_tokens(adapter.default_max_tokens, controls)
+    count = restore(data.get("messages"), restored) if restored else 0
+    if count:
+        changed = True
     notes: list[str] = []
     if prepare_for_route(data, controls, route, len(body), metadata=found is not _CHANGES, notes=notes):
         changed = True
     stream = data.get("stream") is True
     if adapter is None:
         encoded = codec.encode(data) if changed else body
-        return PreparedRequest(encoded, changed, controls, stream, route, None, notes)
+        return PreparedRequest(encoded, changed, controls, stream, route, None, notes, count)
     translation = adapter.translate(data, controls, RequestFacts(adaptive=route.adaptive))
     notes += translation.adjustments
-    return PreparedRequest(codec.encode(translation.body), True, controls, stream, route, translation, notes)
+    return PreparedRequest(codec.encode(translation.body), True, controls, stream, route, translation, notes, count)
 
 
 DEFAULT_MAX_TOKENS_CAP = 32_000

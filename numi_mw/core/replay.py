@@ -1,0 +1,263 @@
+"""What the replay store keeps and puts back, without I/O: turn keys, scopes, opaque state, restoration.
+
+Many clients lose the opaque reasoning state of an assistant turn between turns (signatures, encrypted and
+redacted details, OpenAI Responses reasoning item ids): spec 004 "Preserve reasoning across turns" asks for it
+back unchanged, and spec 000 ("Storage", "Replay") keeps storage apart from replay. A shell with a replay store
+(``numi_mw.replay_store``) keeps that state for each assistant turn it relays and puts it back on a later request
+whose history carries the turn without it; the request pipeline then runs spec 000's filter on the restored
+history as on any other (``request.prepare_request``, ``restored=``), so the route's row still decides what the
+provider receives.
+
+- The turn key (``turn_key``): a SHA-256 digest of what identifies an assistant turn when the client sends it
+  back: its tool call ids, in order, else its content (a string, or the text of its text parts).
+- The scope (``credential_scope``): a SHA-256 digest of the client's credential (``Authorization``, without a
+  ``Bearer`` prefix, else ``x-api-key``), so that one tenant never reads another's state; a request with no
+  credential is in ``ANONYMOUS_SCOPE``.
+- The value (``opaque_state``, ``answer_states``): the message's ``reasoning_details`` list as JSON bytes, when at
+  least one detail carries opaque state; from a buffered answer, the bytes as the provider sent them.
+
+``docs/replay-store.md`` has the whole picture.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from numi_mw.core import codec
+from numi_mw.core.fields import HELD_FIELD, THINKING_BLOCKS
+
+ANONYMOUS_SCOPE: Final = "anonymous"
+"""The scope of requests that carry no credential (no ``Authorization``, no ``x-api-key``): they share one
+scope, as they share whatever upstream key the shell adds (a catalog's keys). A deployment that serves several
+tenants gives each its own credential, or its own store."""
+
+RESPONSES_FORMAT: Final = "openai-responses-v1"
+"""The ``format`` of OpenAI Responses reasoning details, whose ``id`` is the reasoning item id the Responses API
+needs back (``core.adapters.openai_responses``)."""
+
+_SCOPE_TAG = b"numi-mw scope\x00"
+_TOOLS_TAG = b"numi-mw turn tool_calls\x00"
+_CONTENT_TAG = b"numi-mw turn content\x00"
+
+
+def credential_scope(headers: Mapping[str, str]) -> str:
+    """The scope of a request: the hex SHA-256 digest of its credential, or ``ANONYMOUS_SCOPE``.
+
+    Args:
+        headers: the client's request headers, lower-case names (a Starlette ``Headers`` or a plain dict).
+
+    The credential is the ``Authorization`` value without its ``Bearer`` prefix, else the ``x-api-key`` value
+    (Anthropic's key header), stripped; so one key gives one scope in either header. The key itself is never
+    kept: only its digest.
+    """
+    value = headers.get("authorization") or ""
+    value = value.strip()
+    if value[:7].lower() == "bearer ":
+        value = value[7:].strip()
+    if not value:
+        value = (headers.get("x-api-key") or "").strip()
+    if not value:
+        return ANONYMOUS_SCOPE
+    return hashlib.sha256(_SCOPE_TAG + value.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _content_text(content: object) -> bytes | None:
+    """What identifies a turn by its content: a string as UTF-8; an array of text parts as their joined text
+    (a client may send back a string answer as parts); any other array as its JSON; nothing when empty."""
+    if isinstance(content, str):
+        return content.encode("utf-8", "surrogateescape") if content else None
+    if isinstance(content, list) and content:
+        if all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            text = "".join(p["text"] for p in content)
+            return text.encode("utf-8", "surrogateescape") if text else None
+        return codec.encode(content)
+    return None
+
+
+def turn_key(message: object) -> str | None:
+    """The key of an assistant turn: the hex SHA-256 digest of its tool call ids (in order) when it has any, else
+    of its content (``_content_text``); ``None`` for anything else (not an assistant message, or one with neither).
+
+    A tool call id is unique to its turn (the provider makes it); content is not: two turns of one scope with the
+    same content and no tool calls share a key, and the later one's state replaces the earlier one's.
+    """
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return None
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        ids = [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"]]
+        if ids:
+            material = "\x00".join(ids).encode("utf-8", "surrogateescape")
+            return hashlib.sha256(_TOOLS_TAG + material).hexdigest()
+    text = _content_text(message.get("content"))
+    if text is None:
+        return None
+    return hashlib.sha256(_CONTENT_TAG + text).hexdigest()
+
+
+def is_opaque(detail: object) -> bool:
+    """Whether a reasoning detail (or a thinking block) carries state a client cannot rebuild: a nonempty
+    ``signature``, nonempty ``data`` (``reasoning.encrypted``, ``redacted_thinking``), or an ``id`` in OpenAI
+    Responses' format (the reasoning item id); spec 004 "Reasoning detail"."""
+    if not isinstance(detail, dict):
+        return False
+    for key in ("signature", "data"):
+        value = detail.get(key)
+        if isinstance(value, str) and value:
+            return True
+    ident = detail.get("id")
+    return detail.get("format") == RESPONSES_FORMAT and isinstance(ident, str) and bool(ident)
+
+
+def _carries(holder: Mapping[str, Any]) -> bool:
+    for key in ("reasoning_details", THINKING_BLOCKS):
+        value = holder.get(key)
+        if isinstance(value, list) and any(is_opaque(item) for item in value):
+            return True
+    return False
+
+
+def has_state(message: Mapping[str, Any]) -> bool:
+    """Whether an assistant message still carries opaque state: in ``reasoning_details`` or ``thinking_blocks``,
+    on the message or in its ``provider_specific_fields`` (where LiteLLM keeps them)."""
+    if _carries(message):
+        return True
+    held = message.get(HELD_FIELD)
+    return isinstance(held, dict) and _carries(held)
+
+
+def opaque_state(message: object) -> bytes | None:
+    """What to store of an assistant message: its ``reasoning_details`` list as JSON bytes when at least one detail
+    is opaque (``is_opaque``), else ``None`` (plain reasoning text the client keeps, or nothing, is not stored).
+    The list is kept whole and in order: unknown types, unknown fields and empty fragments with it."""
+    if not isinstance(message, dict):
+        return None
+    details = message.get("reasoning_details")
+    if not isinstance(details, list) or not any(is_opaque(d) for d in details):
+        return None
+    return codec.encode(details)
+
+
+class _AnswerMessage(msgspec.Struct, gc=False):
+    role: Any = None
+    content: Any = None
+    tool_calls: Any = None
+    reasoning_details: msgspec.Raw = msgspec.Raw()
+
+
+class _AnswerChoice(msgspec.Struct, gc=False):
+    message: _AnswerMessage | None = None
+
+
+class _Answer(msgspec.Struct, gc=False):
+    choices: list[_AnswerChoice] = []
+
+
+_answer_decoder = msgspec.json.Decoder(_Answer)
+
+
+def answer_states(body: bytes) -> list[tuple[str, bytes]]:
+    """``(turn key, value)`` for each choice of a buffered chat completion whose message carries opaque state: the
+    value is its ``reasoning_details`` exactly as the answer's bytes hold them, the key that of the message as the
+    client sends it back (``turn_key``). Nothing for a body that is not a chat completion."""
+    try:
+        answer = _answer_decoder.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return []
+    out: list[tuple[str, bytes]] = []
+    for choice in answer.choices:
+        message = choice.message
+        if message is None or not message.reasoning_details:
+            continue
+        raw = bytes(message.reasoning_details)
+        try:
+            details = codec.decoder.decode(raw)
+        except (msgspec.DecodeError, RecursionError):  # pragma: no cover - the answer decoded as a whole
+            continue
+        if not isinstance(details, list) or not any(is_opaque(d) for d in details):
+            continue
+        role = message.role if message.role is not None else "assistant"
+        key = turn_key({"role": role, "content": message.content, "tool_calls": message.tool_calls})
+        if key is not None:
+            out.append((key, raw))
+    return out
+
+
+def missing(messages: object) -> list[str]:
+    """The keys of the assistant turns of ``messages`` that lack their opaque state (``has_state``), each once, in
+    order; nothing when ``messages`` is not a list."""
+    if not isinstance(messages, list):
+        return []
+    keys: list[str] = []
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "assistant" and not has_state(message):
+            key = turn_key(message)
+            if key is not None and key not in keys:
+                keys.append(key)
+    return keys
+
+
+class _TurnView(msgspec.Struct, gc=False):
+    role: Any = None
+    content: Any = None
+    tool_calls: Any = None
+    reasoning_details: Any = None
+    thinking_blocks: Any = None
+    provider_specific_fields: Any = None
+
+
+class _BodyView(msgspec.Struct, gc=False):
+    messages: list[_TurnView] = []
+
+
+_body_decoder = msgspec.json.Decoder(_BodyView)
+
+
+def missing_in_body(body: bytes) -> list[str]:
+    """``missing`` for a request body, read without building the fields it skips; nothing for a body that is not
+    JSON or not of the chat completions shape (the request pipeline then refuses it)."""
+    try:
+        view = _body_decoder.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return []
+    messages = [{f: getattr(m, f) for f in m.__struct_fields__ if getattr(m, f) is not None} for m in view.messages]
+    return missing(messages)
+
+
+def restore(messages: object, found: Mapping[str, bytes]) -> int:
+    """Put stored state back on the assistant turns of ``messages`` that lack it, in place.
+
+    Args:
+        messages: the request's decoded messages (owned by the caller).
+        found: stored values by turn key (``missing`` gives the keys to look up).
+
+    A turn that still has its state (``has_state``) is left alone. A restored turn's ``reasoning_details`` is the
+    stored list (the details the client kept without their state are replaced by the whole list the turn had);
+    a stored value that is not a JSON array is skipped.
+
+    Returns:
+        The count of turns restored.
+    """
+    if not isinstance(messages, list) or not found:
+        return 0
+    count = 0
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") != "assistant" or has_state(message):
+            continue
+        key = turn_key(message)
+        value = found.get(key) if key is not None else None
+        if value is None:
+            continue
+        try:
+            details = codec.decoder.decode(value)
+        except (msgspec.DecodeError, RecursionError):
+            continue
+        if not isinstance(details, list):
+            continue
+        message["reasoning_details"] = details
+        count += 1
+    return count
