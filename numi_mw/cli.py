@@ -32,6 +32,7 @@ from numi_mw.core.routing import fixed_route, rules_for
 from numi_mw.core.sse import EventTooLarge, SSEDecoder
 from numi_mw.core.think import THINK_STARTS, ThinkTags
 from numi_mw.proxy.ops import LOG_FORMATS, log_config
+from numi_mw.replay_store import DEFAULT_MAX_VALUE_BYTES, DEFAULT_TTL
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 """uvicorn's log level names, quietest first."""
@@ -122,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     _preserve_argument(serve)
     _wire_argument(serve)
     _ops_arguments(serve)
+    _replay_arguments(serve)
 
     response = commands.add_parser(
         "response", help="read an upstream response (JSON or SSE) on stdin, write what the client receives"
@@ -182,6 +184,36 @@ def _ops_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="serve Prometheus metrics at PREFIX/metrics (default: on)",
+    )
+
+
+def _replay_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--replay-store",
+        metavar="URL",
+        help="keep the opaque reasoning state of relayed turns and put it back when a client drops it: "
+        "sqlite:///PATH or redis://HOST:PORT/DB (default: off; docs/replay-store.md)",
+    )
+    parser.add_argument(
+        "--replay-ttl",
+        type=_positive(float),
+        default=DEFAULT_TTL,
+        metavar="SECONDS",
+        help=f"with --replay-store: seconds a stored turn lives (default {DEFAULT_TTL})",
+    )
+    parser.add_argument(
+        "--replay-max-bytes",
+        type=_positive(int),
+        default=DEFAULT_MAX_VALUE_BYTES,
+        metavar="N",
+        help=f"with --replay-store: largest stored turn in bytes; larger ones are not kept "
+        f"(default {DEFAULT_MAX_VALUE_BYTES})",
+    )
+    parser.add_argument(
+        "--replay-key-env",
+        metavar="NAME",
+        help="with --replay-store: encrypt stored turns with the AES key (base64) in this environment variable "
+        "(default: not encrypted)",
     )
 
 
@@ -388,6 +420,10 @@ def _serve(args: argparse.Namespace) -> int:
             wire_api=args.wire_api,
             ops_prefix=args.ops_prefix,
             metrics=args.metrics,
+            replay_store=args.replay_store,
+            replay_ttl=args.replay_ttl,
+            replay_max_bytes=args.replay_max_bytes,
+            replay_key_env=args.replay_key_env,
         )
     except ValueError as error:
         sys.stderr.write(f"numi-mw serve: {error}\n")
@@ -433,6 +469,15 @@ def _log_start(args: argparse.Namespace, catalog: Catalog | None) -> None:
                 rules_for(provider).name,
                 provider.wire_api,
             )
+    if args.replay_store:
+        where = args.replay_store if args.replay_store.startswith("sqlite:") else _safe_url(args.replay_store)
+        log.info(
+            "replay store %s: turns live %g s, at most %d bytes each, %s",
+            where,
+            args.replay_ttl,
+            args.replay_max_bytes,
+            "encrypted" if args.replay_key_env else "not encrypted",
+        )
     paths = ["healthz", "readyz", *(["metrics"] if args.metrics else [])]
     log.info("operations: %s", ", ".join(f"{args.ops_prefix}/{path}" for path in paths))
 

@@ -11,6 +11,7 @@ the details.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -18,6 +19,7 @@ from numi_mw.asgi import adjustments_header, check_limits, check_options, is_jso
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules, WireApi, provider_rules
+from numi_mw.core.replay import answer_states, credential_scope, missing_in_body
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
 from numi_mw.core.response import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -33,6 +35,7 @@ from numi_mw.core.response import (
 )
 from numi_mw.core.routing import fixed_route
 from numi_mw.core.think import ThinkStart, ThinkTags
+from numi_mw.replay_store import ReplayStore, replay_store_option, restored_header
 
 
 class ReasoningMiddleware:
@@ -59,10 +62,16 @@ class ReasoningMiddleware:
             stream ends with its error event and the rest of the app's body is dropped (``docs/security.md``).
         max_response_bytes: the most bytes of one buffered JSON answer of the app held (default 64 MiB); past it
             the client gets 502 ``upstream_unavailable`` (``docs/security.md``).
+        replay_store: keep the opaque reasoning state of the app's buffered answers and put it back on later
+            requests whose history lost it (``docs/replay-store.md``): ``None`` (off, the default), a
+            ``sqlite:///PATH`` or ``redis://HOST:PORT/DB`` URL opened with the default bounds, or a ``ReplayStore``
+            (``numi_mw.replay_store.open_replay_store`` with its own time to live, size bound and key). The count
+            of turns restored goes in the ``x-numi-mw-restored`` response header.
 
     Raises:
         ValueError: ``provider`` is not a known provider name, ``wire_api`` not a known wire API, or another
-            option has the wrong type or range (``asgi.check_options``).
+            option has the wrong type or range (``asgi.check_options``); a replay store URL that
+            ``replay_store.open_replay_store`` refuses.
 
     Bad requests on a chat completions path (not JSON, wrong shape) get the OpenAI-style error body with
     status 400 and never reach the wrapped app (``docs/errors.md``).
@@ -80,6 +89,7 @@ class ReasoningMiddleware:
         wire_api: WireApi = "openai-chat",
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        replay_store: str | ReplayStore | None = None,
     ) -> None:
         check_options(
             max_body_bytes=max_body_bytes,
@@ -90,6 +100,7 @@ class ReasoningMiddleware:
         )
         check_limits(max_event_bytes=max_event_bytes, max_response_bytes=max_response_bytes)
         self.bounds = Bounds(max_event_bytes, max_response_bytes)
+        self.replay = replay_store_option(replay_store)
         self.app = app
         self.rules = provider if isinstance(provider, ProviderRules) else provider_rules(provider)
         self.route = fixed_route(self.rules, preserve=preserve_reasoning, wire_api=wire_api)
@@ -111,7 +122,12 @@ class ReasoningMiddleware:
             body = await read_body(receive, self.max_body_bytes, declared)
             if body is None:  # the client left
                 return
-            prepared = prepare_request(body, self.route, max_body_bytes=self.max_body_bytes)
+            tenant: str | None = None
+            found: dict[str, bytes] | None = None
+            if self.replay is not None:  # the turns whose opaque state the client dropped, looked up
+                tenant = credential_scope(_credentials(scope["headers"]))
+                found = await self.replay.lookup(tenant, missing_in_body(body))
+            prepared = prepare_request(body, self.route, max_body_bytes=self.max_body_bytes, restored=found)
         except ApiError as error:
             await send_error(send, error)
             return
@@ -133,8 +149,35 @@ class ReasoningMiddleware:
                 created=int(time.time()),
                 bounds=self.bounds,
             )
-        extra = adjustments_header(prepared.adjustments)
-        await self.app(scope, _Replay(prepared.body, receive), _NormalizingSend(options, send, extra))
+        extra = adjustments_header(prepared.adjustments) + restored_header(prepared.restored)
+        remember = None
+        if self.replay is not None and tenant is not None:
+            remember = _Remember(self.replay, tenant)
+        await self.app(scope, _Replay(prepared.body, receive), _NormalizingSend(options, send, extra, remember))
+
+
+class _Remember:
+    """Keep the opaque state of a buffered chat completion's choices in the replay store, under the request's
+    credential scope (``replay.answer_states``)."""
+
+    __slots__ = ("replay", "tenant")
+
+    def __init__(self, replay: ReplayStore, tenant: str) -> None:
+        self.replay = replay
+        self.tenant = tenant
+
+    async def __call__(self, body: bytes) -> None:
+        for key, value in answer_states(body):
+            await self.replay.remember(self.tenant, key, value)
+
+
+def _credentials(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The request's ``authorization`` and ``x-api-key`` values (the first of each), for its replay scope."""
+    found: dict[str, str] = {}
+    for key, value in headers:
+        if key in (b"authorization", b"x-api-key") and key.decode() not in found:
+            found[key.decode()] = value.decode("latin-1")
+    return found
 
 
 _REQUEST_FRAMING = frozenset((b"content-length", b"transfer-encoding", b"accept-encoding"))
@@ -179,14 +222,22 @@ class _Replay:
 class _NormalizingSend:
     """The wrapped app's ``send``: its response through the rewriter ``choose_rewriter`` picks at the start (an
     SSE stream event by event, a JSON body whole), or untouched when it picks none. ``extra`` headers (the
-    ``x-numi-mw-adjustments`` one, or none) go on the response start. Past a bound of the rewriter (its ``feed``
+    ``x-numi-mw-adjustments`` and ``x-numi-mw-restored`` ones, or none) go on the response start; ``remember``,
+    with a replay store, is given a successful JSON body before it goes on. Past a bound of the rewriter (its ``feed``
     raises ``ApiError``) a stream ends with its error event, a JSON body becomes the error response, and the rest
     of the app's body is dropped."""
 
-    __slots__ = ("ended", "extra", "options", "rewriter", "send", "split", "start", "started")
+    __slots__ = ("ended", "extra", "options", "remember", "rewriter", "send", "split", "start", "started")
 
-    def __init__(self, options: ResponseOptions, send: Send, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    def __init__(
+        self,
+        options: ResponseOptions,
+        send: Send,
+        extra: list[tuple[bytes, bytes]] | None = None,
+        remember: Callable[[bytes], Awaitable[None]] | None = None,
+    ) -> None:
         self.options = options
+        self.remember = remember
         self.send = send
         self.extra = extra
         self.started = False
@@ -251,6 +302,8 @@ class _NormalizingSend:
             return
         out = rewriter.finish()
         start = self.start
+        if self.remember is not None and 200 <= (rewriter.status or start["status"]) < 300:
+            await self.remember(out)
         if not rewriter.changed:
             await self.send(start)
             if not self.split:  # it came in one message: both go on as they came

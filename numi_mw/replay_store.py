@@ -418,3 +418,27 @@ def open_replay_store(
         scheme = url.partition(":")[0] if ":" in url else url[:20]
         raise ValueError(f"the replay store must be a sqlite:///PATH or redis://HOST:PORT/DB URL, not {scheme!r}")
     return ReplayStore(backend, max_value_bytes=max_value_bytes, key=key)
+
+
+def replay_store_option(
+    value: object,
+    *,
+    ttl: object = DEFAULT_TTL,
+    max_value_bytes: object = DEFAULT_MAX_VALUE_BYTES,
+    key_env: object = None,
+) -> ReplayStore | None:
+    """The shells' ``replay_store`` option: ``None`` (off, the default), a URL (``open_replay_store`` with the other
+    options), or a ``ReplayStore`` made by hand.
+
+    Raises:
+        ValueError: what ``open_replay_store`` refuses; the other options given without a URL (off, or a
+            ``ReplayStore``, which carries its own); ``value`` of another type.
+    """
+    options = (ttl, max_value_bytes, key_env) != (DEFAULT_TTL, DEFAULT_MAX_VALUE_BYTES, None)
+    if value is None or isinstance(value, ReplayStore):
+        if options:
+            raise ValueError("replay_ttl, replay_max_bytes and replay_key_env go with a replay_store URL")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"replay_store must be None, a sqlite:/// or redis:// URL, or a ReplayStore, not {value!r}")
+    return open_replay_store(value, ttl=ttl, max_value_bytes=max_value_bytes, key_env=key_env)  # type: ignore[arg-type]

@@ -47,6 +47,7 @@ from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_li
 from numi_mw.core.codec import encode
 from numi_mw.core.errors import ApiError, model_not_found
 from numi_mw.core.providers import WireApi, infer_provider, provider_rules
+from numi_mw.core.replay import answer_states, credential_scope, missing_in_body
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
 from numi_mw.core.response import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -59,6 +60,13 @@ from numi_mw.core.response import (
 from numi_mw.core.routing import Route, fixed_route
 from numi_mw.core.think import ThinkStart, ThinkTags
 from numi_mw.proxy.ops import Operations, check_ops_prefix
+from numi_mw.replay_store import (
+    DEFAULT_MAX_VALUE_BYTES,
+    DEFAULT_TTL,
+    ReplayStore,
+    replay_store_option,
+    restored_header,
+)
 from numi_mw.upstream import (
     DECODED,
     answer_options,
@@ -143,8 +151,10 @@ class _Sidecar:
         max_header_count: int = DEFAULT_MAX_HEADER_COUNT,
         max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
         bounds: Bounds | None = None,
+        replay: ReplayStore | None = None,
     ) -> None:
         self.target = target
+        self.replay = replay
         self.bounds = bounds or Bounds()
         self.max_header_count = max_header_count
         self.max_header_bytes = max_header_bytes
@@ -176,6 +186,8 @@ class _Sidecar:
                 yield
             finally:
                 self.client = None
+                if self.replay is not None:
+                    await self.replay.aclose()
 
     def _listing(self, method: str, path: str) -> Response | None:
         """``GET …/models`` and ``GET …/models/{author}/{slug}/endpoints`` served from the catalog."""
@@ -278,13 +290,22 @@ class _Sidecar:
         raw = request.headers.raw
         path = request.scope.get("raw_path") or request.url.path.encode()
         route: Route | None = None
+        scope: str | None = None
+        restored = 0
         if is_chat_completions(method, request.url.path):
             declared = request.headers.get("content-length")
             body = await read_body(request.receive, self.max_body_bytes, declared.encode() if declared else None)
             if body is None:
                 return None
             watch.body_read.set()
-            prepared = prepare_request(body, self.target, headers=request.headers, max_body_bytes=self.max_body_bytes)
+            found: dict[str, bytes] | None = None
+            if self.replay is not None:  # the turns whose opaque state the client dropped, looked up
+                scope = credential_scope(request.headers)
+                found = await self.replay.lookup(scope, missing_in_body(body))
+            prepared = prepare_request(
+                body, self.target, headers=request.headers, max_body_bytes=self.max_body_bytes, restored=found
+            )
+            restored = prepared.restored
             route = prepared.route
             if route.provider is not None:
                 provider = route.provider
@@ -307,12 +328,14 @@ class _Sidecar:
         url = target_url(provider.base_url, path, request.scope.get("query_string", b""))
         request_out = self.client.build_request(method, url, headers=headers, content=content)
         note_upstream(provider.name, route.wire_api if route is not None else provider.wire_api, route)
-        return _Call(request_out, options, adjustments, isinstance(content, bytes))
+        return _Call(request_out, options, adjustments, isinstance(content, bytes), scope, restored)
 
     async def answer(self, upstream: httpx.Response, call: _Call) -> Response:
         """The client's response for the upstream's: rewritten when the call has response options and
         ``choose_rewriter`` picks a rewriter, else relayed as it comes (the upstream response is closed on every
-        path). The call's adjustments go in the ``x-numi-mw-adjustments`` header.
+        path). The call's adjustments go in the ``x-numi-mw-adjustments`` header, the count of turns a replay store
+        restored in ``x-numi-mw-restored``; with a replay store, a buffered answer's opaque state is kept
+        (``_remember``) before it goes to the client, so that the client's next turn finds it.
 
         Raises:
             ApiError: 502 or 504 when a buffered body cannot be read whole (``upstream_failure``); 502 when it is
@@ -327,7 +350,7 @@ class _Sidecar:
                 upstream.headers.get("content-encoding"),
                 decoded=DECODED,
             )
-        extra = adjustments_header(call.adjustments)
+        extra = adjustments_header(call.adjustments) + restored_header(call.restored)
         if rewriter is not None and not isinstance(rewriter, StreamRewriter):
             try:
                 await feed_answer(upstream, rewriter)
@@ -337,15 +360,40 @@ class _Sidecar:
             body, status, headers = whole_answer(
                 rewriter, upstream.status_code, raw, _DROP_REWRITTEN | connection_tokens(raw)
             )
+            if call.scope is not None and 200 <= status < 300:
+                await self._remember(call.scope, body)
             plain = Response(body, status_code=status)
             plain.raw_headers = headers + extra
             return plain
+        chunks = relay(upstream, rewriter)
+        if rewriter is not None and call.scope is not None:
+            chunks = _remember_stream(self.replay, call.scope, chunks)
         response = StreamingResponse(
-            relay(upstream, rewriter), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
+            chunks, status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
         )
         response.raw_headers = relayed_headers(upstream.headers.raw, _DROP_REWRITTEN if rewriter else HOP_BY_HOP)
         response.raw_headers += extra
         return response
+
+    async def _remember(self, scope: str, body: bytes) -> None:
+        """Keep the opaque state of each choice of a buffered chat completion (``replay.answer_states``: the
+        message's ``reasoning_details`` as the answer holds them, keyed by the turn as the client sends it back)."""
+        assert self.replay is not None
+        for key, value in answer_states(body):
+            await self.replay.remember(scope, key, value)
+
+
+def _remember_stream(replay: ReplayStore | None, scope: str, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The one place where a streamed answer's opaque state will be kept: the client's stream as it goes, with a
+    replay store and a credential scope.
+
+    For now a no-op that returns ``chunks`` as they are: a streamed turn is not stored yet. It awaits the core's
+    stream accumulator (``numi_mw.core.accumulate``), which will be fed each chunk the client receives and, at the
+    end of the stream, give the assistant message whose ``replay.opaque_state`` is kept under its
+    ``replay.turn_key`` (as ``_Sidecar._remember`` does for a buffered answer).
+    """
+    del replay, scope
+    return chunks
 
 
 class _ClientWatch:
@@ -411,13 +459,16 @@ def _serves_route(method: str, path: str) -> bool:
 
 
 class _Call(NamedTuple):
-    """One upstream call: the request, the response options when its answer is rewritten, the adjustments, and
-    whether its body can be sent again (bytes, not a stream the client is still sending)."""
+    """One upstream call: the request, the response options when its answer is rewritten, the adjustments,
+    whether its body can be sent again (bytes, not a stream the client is still sending), the client's credential
+    scope when a replay store keeps its answer, and how many turns the store restored."""
 
     request: httpx.Request
     options: ResponseOptions | None
     adjustments: list[str]
     replayable: bool
+    scope: str | None = None
+    restored: int = 0
 
 
 async def _send(client: httpx.AsyncClient, call: _Call) -> httpx.Response:
@@ -463,6 +514,10 @@ def create_app(
     wire_api: WireApi | None = None,
     ops_prefix: str = "",
     metrics: bool = True,
+    replay_store: str | ReplayStore | None = None,
+    replay_ttl: float = DEFAULT_TTL,
+    replay_max_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+    replay_key_env: str | None = None,
 ) -> Starlette:
     """Build the sidecar app: in front of one upstream, or routing through a model catalog.
 
@@ -502,13 +557,22 @@ def create_app(
             them at the root, outside the ``/v1`` the sidecar forwards (``docs/sidecar.md``, "Operations").
         metrics: count requests in Prometheus metrics served at ``{ops_prefix}/metrics``; ``False`` leaves that
             path to the upstream.
+        replay_store: keep the opaque reasoning state of the assistant turns the sidecar relays and put it back on
+            later requests whose history lost it (``docs/replay-store.md``): ``None`` (off, the default),
+            ``sqlite:///PATH``, ``redis://HOST:PORT/DB``, or a ``ReplayStore``; opened now (an SQLite file is
+            created ``0600``).
+        replay_ttl: with a URL, seconds a stored value lives (default 86400, 24 hours).
+        replay_max_bytes: with a URL, the largest value kept, in bytes (default 4 MiB).
+        replay_key_env: with a URL, the environment variable holding the AES key that encrypts values at rest
+            (``replay_store.encryption_key``; default none: values are kept as they are).
 
     Raises:
         ValueError: neither or both of ``upstream`` and ``catalog``; ``upstream`` is not an ``http://`` or
             ``https://`` URL with a host; ``provider`` is not a known provider name; ``wire_api`` is not a known
             wire API, or is given with a catalog; an option of the wrong type or range (``max_body_bytes``,
             ``max_header_count``, ``max_header_bytes``, ``max_event_bytes``, ``max_response_bytes``, ``timeout``,
-            ``think_tags``, ``think_start``, ``preserve_reasoning``, ``transport``, ``ops_prefix``, ``metrics``).
+            ``think_tags``, ``think_start``, ``preserve_reasoning``, ``transport``, ``ops_prefix``, ``metrics``); a
+            replay store URL, option or key that ``replay_store.replay_store_option`` refuses.
 
     Errors reach the client as the OpenAI-style error body (``docs/errors.md``). An upstream's own error
     response is passed through unchanged.
@@ -544,6 +608,7 @@ def create_app(
     check_ops_prefix(ops_prefix)
     if not isinstance(metrics, bool):
         raise ValueError(f"metrics must be true or false, not {metrics!r}")
+    replay = replay_store_option(replay_store, ttl=replay_ttl, max_value_bytes=replay_max_bytes, key_env=replay_key_env)
     target: Route | Catalog
     if upstream is not None:
         name = provider_rules(provider if provider is not None else infer_provider(upstream)).name
@@ -563,6 +628,7 @@ def create_app(
         max_header_count=max_header_count,
         max_header_bytes=max_header_bytes,
         bounds=Bounds(max_event_bytes, max_response_bytes),
+        replay=replay,
     )
     app = Starlette(
         routes=[StarletteRoute("/{path:path}", sidecar, methods=_METHODS)],

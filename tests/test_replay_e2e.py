@@ -1,0 +1,209 @@
+"""The replay store end to end: the real openai SDK through the real ``numi-mw serve`` (SQLite, and Redis shared by
+two sidecars) and through ``ReasoningMiddleware``. Turn one is a recorded Anthropic answer through OpenRouter with
+its real signature, served by a replay upstream; turn two comes from a client that dropped ``reasoning_details``,
+and the upstream receives them exactly as turn one produced them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from benchmarks.loopback import free_port
+from numi_mw import ReasoningMiddleware
+from numi_mw.cli import main
+from numi_mw.replay_store import ReplayStore, SQLiteBackend
+from tests.e2e_support import ReplayUpstream, sidecar
+from tests.redis_support import redis_server
+
+RECORDED = "openai-chat/openrouter-claude-4.5-signed-reasoning.buffered.json"
+FIXTURE = {"x-replay-fixture": RECORDED}
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[ReplayUpstream]:
+    with ReplayUpstream().running() as replay:
+        yield replay
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    with redis_server() as url:
+        yield url
+
+
+def sdk(base_url: str, key: str = "sk-tenant-a") -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=10)
+
+
+def turn_one(client: openai.OpenAI) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Turn one through the sidecar: the recorded answer's details as the client received them, and the headers."""
+    raw = client.chat.completions.with_raw_response.create(
+        model="anthropic/claude-sonnet-4.5",
+        messages=[{"role": "user", "content": "Reply with the single word ok"}],
+        extra_headers=FIXTURE,
+    )
+    details: list[dict[str, Any]] = raw.http_response.json()["choices"][0]["message"]["reasoning_details"]
+    return details, dict(raw.headers)
+
+
+def turn_two(client: openai.OpenAI, assistant: dict[str, Any]) -> dict[str, str]:
+    """Turn two from a client that kept only the text of turn one; the headers of the answer."""
+    raw = client.chat.completions.with_raw_response.create(
+        model="anthropic/claude-sonnet-4.5",
+        messages=[
+            {"role": "user", "content": "Reply with the single word ok"},
+            assistant,  # type: ignore[list-item]
+            {"role": "user", "content": "Again"},
+        ],
+        extra_headers=FIXTURE,
+    )
+    return dict(raw.headers)
+
+
+def sent_assistant(upstream: ReplayUpstream) -> dict[str, Any]:
+    message: dict[str, Any] = json.loads(upstream.received[-1].body)["messages"][1]
+    return message
+
+
+def recorded_details(shared: Path) -> list[dict[str, Any]]:
+    answer = json.loads((shared / "fixtures" / RECORDED).read_text())
+    details: list[dict[str, Any]] = answer["choices"][0]["message"]["reasoning_details"]
+    return details
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/replay.db"
+    url: str = request.getfixturevalue("redis_url")
+    import redis
+
+    with redis.Redis.from_url(url) as client:
+        client.flushdb()
+    return url
+
+
+def test_a_dropped_signature_reaches_the_upstream_as_turn_one_produced_it(
+    shared_dir: Path, upstream: ReplayUpstream, store_url: str
+) -> None:
+    with sidecar(upstream.base_url, "--provider", "openrouter", "--replay-store", store_url) as base_url:
+        client = sdk(base_url)
+        details, headers = turn_one(client)
+        assert details == recorded_details(shared_dir)
+        assert "x-numi-mw-restored" not in headers
+        headers = turn_two(client, {"role": "assistant", "content": "ok"})
+        assert headers["x-numi-mw-restored"] == "1"
+        assert sent_assistant(upstream) == {"role": "assistant", "content": "ok", "reasoning_details": details}
+        assert details[0]["signature"].encode() in upstream.received[-1].body  # the signature's bytes, as recorded
+        kept = {"role": "assistant", "content": "ok", "reasoning_details": [{**details[0], "signature": "mine"}]}
+        headers = turn_two(client, kept)  # a turn that still has its state is left alone
+        assert "x-numi-mw-restored" not in headers
+        assert sent_assistant(upstream) == kept
+        headers = turn_two(sdk(base_url, "sk-tenant-b"), {"role": "assistant", "content": "ok"})
+        assert "x-numi-mw-restored" not in headers  # another tenant's key: another scope
+        assert sent_assistant(upstream) == {"role": "assistant", "content": "ok"}
+
+
+def test_two_sidecars_sharing_one_redis_restore_each_others_turns(
+    shared_dir: Path, upstream: ReplayUpstream, redis_url: str
+) -> None:
+    import redis
+
+    with redis.Redis.from_url(redis_url) as client:
+        client.flushdb()
+    options = ("--provider", "openrouter", "--replay-store", redis_url)
+    with sidecar(upstream.base_url, *options) as first, sidecar(upstream.base_url, *options) as second:
+        details, _ = turn_one(sdk(first))
+        headers = turn_two(sdk(second), {"role": "assistant", "content": "ok"})
+    assert headers["x-numi-mw-restored"] == "1"
+    assert sent_assistant(upstream) == {"role": "assistant", "content": "ok", "reasoning_details": details}
+    assert details == recorded_details(shared_dir)
+
+
+def test_a_store_that_is_down_never_fails_a_request(upstream: ReplayUpstream) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    with sidecar(upstream.base_url, "--provider", "openrouter", "--replay-store", dead) as base_url:
+        client = sdk(base_url)
+        turn_one(client)
+        headers = turn_two(client, {"role": "assistant", "content": "ok"})
+    assert "x-numi-mw-restored" not in headers
+    assert sent_assistant(upstream) == {"role": "assistant", "content": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--replay-store", "memcached://127.0.0.1"], "must be a sqlite:///PATH or redis://HOST:PORT/DB URL"),
+        (["--replay-ttl", "60"], "go with a replay_store URL"),
+        (["--replay-store", "sqlite:///x.db", "--replay-key-env", "NUMI_TEST_UNSET_KEY"], "is not set"),
+    ],
+)
+def test_serve_refuses_bad_replay_options_with_status_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NUMI_TEST_UNSET_KEY", raising=False)
+    assert main(["serve", "--upstream", "http://127.0.0.1:9/v1", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def middleware_app(shared: Path, received: list[bytes], store: ReplayStore | str) -> Any:
+    answer = (shared / "fixtures" / RECORDED).read_bytes()
+
+    async def chat(request: Request) -> Response:
+        received.append(await request.body())
+        return Response(answer, media_type="application/json")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    return ReasoningMiddleware(app, provider="openrouter", replay_store=store)
+
+
+async def test_the_middleware_restores_what_a_client_dropped(shared_dir: Path, tmp_path: Path) -> None:
+    received: list[bytes] = []
+    app = middleware_app(shared_dir, received, f"sqlite:///{tmp_path}/replay.db")
+    details = recorded_details(shared_dir)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://app/v1") as http:
+        client = openai.AsyncOpenAI(base_url="http://app/v1", api_key="sk-a", http_client=http, max_retries=0)
+        first = await client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "Reply with the single word ok"}]
+        )
+        assert "x-numi-mw-restored" not in first.headers
+        second = await client.chat.completions.with_raw_response.create(
+            model="m",
+            messages=[
+                {"role": "user", "content": "Reply with the single word ok"},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "Again"},
+            ],
+        )
+    assert second.headers["x-numi-mw-restored"] == "1"
+    assert json.loads(received[-1])["messages"][1] == {
+        "role": "assistant",
+        "content": "ok",
+        "reasoning_details": details,
+    }
+
+
+async def test_the_middleware_with_a_store_that_is_down_passes_the_turn_as_sent(
+    shared_dir: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "replay.db"
+    store = ReplayStore(SQLiteBackend(str(path)))
+    path.write_bytes(b"no database here" * 100)
+    received: list[bytes] = []
+    app = middleware_app(shared_dir, received, store)
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "ok"}]}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://app") as http:
+        response = await http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200 and "x-numi-mw-restored" not in response.headers
+    assert json.loads(received[-1]) == body
