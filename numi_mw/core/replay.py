@@ -211,7 +211,7 @@ class _TurnView(msgspec.Struct, gc=False):
 
 
 class _BodyView(msgspec.Struct, gc=False):
-    messages: list[_TurnView] = []
+    messages: list[_TurnView | list[Any] | str | float | bool | None] = []
 
 
 _body_decoder = msgspec.json.Decoder(_BodyView)
@@ -224,7 +224,10 @@ def missing_in_body(body: bytes) -> list[str]:
         view = _body_decoder.decode(body)
     except (msgspec.DecodeError, RecursionError):
         return []
-    messages = [{f: getattr(m, f) for f in m.__struct_fields__ if getattr(m, f) is not None} for m in view.messages]
+    messages = [
+        {f: getattr(m, f) for f in m.__struct_fields__ if getattr(m, f) is not None} if isinstance(m, _TurnView) else m
+        for m in view.messages
+    ]
     return missing(messages)
 
 
