@@ -22,7 +22,17 @@ from numi_mw.core.adapters import WIRE_APIS, Answer
 from numi_mw.core.completion import normalize_completion
 from numi_mw.core.details import fragments_from_body, rebuild_reasoning_details
 from numi_mw.core.errors import ApiError
-from numi_mw.core.providers import PROVIDERS
+from numi_mw.core.providers import PROVIDERS, provider_rules
+from numi_mw.core.replay import (
+    answer_states,
+    has_state,
+    is_opaque,
+    missing,
+    missing_in_body,
+    opaque_state,
+    restore,
+    turn_key,
+)
 from numi_mw.core.request import prepare_request
 from numi_mw.core.response import NativeJSONRewriter, ResponseOptions, SSERewriter, choose_rewriter
 from numi_mw.core.routing import fixed_route
@@ -470,3 +480,83 @@ def test_native_body_takes_any_json(value: Any, wire: str, error: bool) -> None:
     rewriter.feed(json.dumps(value).encode())
     out = rewriter.finish()
     assert codec.decode_lenient(out) is not codec.UNDECODABLE
+
+
+# The replay core (``core/replay.py``): whatever a client sends back or a provider answers, it gives turn keys and
+# values or nothing, never an exception; the request pipeline with restored state raises only ``ApiError``.
+
+REPLAY_SIGNED = [{"type": "reasoning.text", "text": "t", "signature": "sig-1"}]
+replay_detail = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(["reasoning.text", "reasoning.encrypted", "reasoning.summary"]) | json_values,
+        "signature": st.text(max_size=4) | json_values,
+        "data": st.text(max_size=4) | json_values,
+        "id": st.text(max_size=4) | json_values,
+        "format": st.sampled_from(["openai-responses-v1", "anthropic-claude-v1"]) | json_values,
+    },
+)
+replay_message = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.sampled_from(["assistant", "user"]) | json_values,
+        "content": st.text(max_size=4) | json_values,
+        "tool_calls": st.lists(st.fixed_dictionaries({}, optional={"id": st.text(max_size=4) | json_values})),
+        "reasoning_details": st.lists(replay_detail, max_size=3) | json_values,
+        "thinking_blocks": st.lists(replay_detail, max_size=2) | json_values,
+        "provider_specific_fields": st.fixed_dictionaries({}, optional={"reasoning_details": st.lists(replay_detail)})
+        | json_values,
+    },
+)
+
+
+@FUZZ
+@given(st.lists(replay_message | json_values, max_size=4) | json_values, json_values)
+def test_the_replay_core_takes_any_json(messages: Any, stored: Any) -> None:
+    keys = missing(messages)
+    assert all(isinstance(key, str) and len(key) == 64 for key in keys)
+    assert missing_in_body(json.dumps({"messages": messages}).encode()) == keys
+    for item in messages if isinstance(messages, list) else []:
+        value = opaque_state(item)
+        assert value is None or isinstance(codec.decoder.decode(value), list)
+    found = {key: json.dumps(stored).encode() for key in keys}
+    expected = len(replay_lacking(messages, found)) if isinstance(stored, list) else 0
+    assert restore(messages, found) == expected
+    restored = isinstance(stored, list) and any(is_opaque(d) for d in stored)
+    assert missing(messages) == ([] if restored else keys)
+
+
+def replay_lacking(messages: Any, found: dict[str, bytes]) -> list[Any]:
+    """The assistant turns of ``messages`` without their state whose key ``found`` holds."""
+    if not isinstance(messages, list):
+        return []
+    return [m for m in messages if isinstance(m, dict) and not has_state(m) and turn_key(m) in found]
+
+
+@FUZZ
+@given(st.lists(replay_message | json_values, max_size=3) | json_values, json_values)
+def test_answer_states_take_any_answer(messages: Any, extra: Any) -> None:
+    body = json.dumps({"choices": [{"message": m} for m in messages] if isinstance(messages, list) else messages})
+    for key, value in answer_states(body.encode()):
+        assert len(key) == 64 and isinstance(codec.decoder.decode(value), list)
+    if not isinstance(extra, dict):
+        assert answer_states(json.dumps(extra).encode()) == []
+
+
+@FUZZ
+@given(st.binary(max_size=64))
+def test_the_replay_core_takes_any_bytes(body: bytes) -> None:
+    assert isinstance(answer_states(body), list)
+    assert isinstance(missing_in_body(body), list)
+
+
+@FUZZ
+@given(st.lists(replay_message | json_values, max_size=3) | json_values, st.sampled_from(sorted(PROVIDERS)))
+def test_the_pipeline_with_restored_state_raises_only_api_errors(messages: Any, provider: str) -> None:
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    found = {key: json.dumps(REPLAY_SIGNED).encode() for key in missing_in_body(body)}
+    try:
+        prepared = prepare_request(body, provider_rules(provider), restored=found)
+    except ApiError:
+        return
+    assert prepared.restored == len(replay_lacking(json.loads(body)["messages"], found))
