@@ -27,6 +27,7 @@ import logging
 import os
 import sqlite3
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
@@ -145,6 +146,7 @@ class SQLiteBackend:
             finally:
                 os.close(fd)
             with contextlib.closing(self._connect()) as db, db:
+                db.execute("PRAGMA journal_mode=WAL")  # readers go on while one writes
                 for statement in _SCHEMA:
                     db.execute(statement)
         except (OSError, sqlite3.Error) as exc:
@@ -203,24 +205,24 @@ class RedisBackend:
         _need("redis.asyncio")  # an install without the package fails at start-up, not per request
         self.url = url
         self.ttl = max(1, round(ttl))
-        self._clients: dict[int, Any] = {}
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._client_now: Any = None
 
     def _client(self) -> Any:
         import redis.asyncio
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
 
-        loop = id(asyncio.get_running_loop())
-        client = self._clients.get(loop)
-        if client is None:
-            client = redis.asyncio.Redis.from_url(
+        loop = asyncio.get_running_loop()
+        if self._loop is None or self._loop() is not loop:  # an earlier loop's client is dropped with its loop
+            self._client_now = redis.asyncio.Redis.from_url(
                 self.url,
                 socket_timeout=STORE_TIMEOUT,
                 socket_connect_timeout=STORE_TIMEOUT,
                 retry=Retry(NoBackoff(), 0),
             )
-            self._clients = {loop: client}  # an earlier loop's client is dropped with its loop
-        return client
+            self._loop = weakref.ref(loop)
+        return self._client_now
 
     @staticmethod
     def _name(scope: str, key: str) -> str:
@@ -236,8 +238,8 @@ class RedisBackend:
         await self._client().set(self._name(scope, key), value, ex=self.ttl)
 
     async def aclose(self) -> None:
-        clients, self._clients = self._clients, {}
-        for client in clients.values():
+        client, self._client_now, self._loop = self._client_now, None, None
+        if client is not None:
             with contextlib.suppress(Exception):
                 await client.aclose()
 

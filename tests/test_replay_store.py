@@ -5,6 +5,7 @@ particular to each (the SQLite file's mode and pruning, the URL and key checks).
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import os
 import sqlite3
@@ -58,7 +59,7 @@ class Kind:
     def raw(self) -> list[bytes]:
         """Every value as the backend holds it."""
         if self.path is not None:
-            with sqlite3.connect(self.path) as db:
+            with contextlib.closing(sqlite3.connect(self.path)) as db:
                 return [bytes(row[0]) for row in db.execute("SELECT value FROM replay")]
         with redis.Redis.from_url(self.url or "") as client:
             return [client.get(name) for name in client.keys("numi-mw:replay:*")]
@@ -139,8 +140,9 @@ async def test_encrypted_values_do_not_hold_the_signature_at_rest(
     (raw,) = kind.raw()
     assert SIGNATURE.encode() not in raw and b"reasoning" not in raw
     assert len(raw) == 12 + len(VALUE) + 16  # nonce, ciphertext, tag
-    if kind.path is not None:
-        assert SIGNATURE.encode() not in kind.path.read_bytes()
+    if kind.path is not None:  # the database, and its write-ahead log files while they are there
+        files = list(kind.path.parent.glob("replay.db*"))
+        assert kind.path in files and all(SIGNATURE.encode() not in f.read_bytes() for f in files)
     assert await store.lookup("scope-a", ["k1"]) == {"k1": VALUE}
     other = ReplayStore(kind.backend, key=bytes(32))
     with caplog.at_level(logging.WARNING, "numi_mw.replay"):
@@ -196,10 +198,18 @@ async def test_a_store_that_is_down_finds_nothing_keeps_nothing_and_warns_once_a
     await store.aclose()
 
 
-def test_the_sqlite_file_is_created_0600_and_an_existing_one_narrowed(tmp_path: Path) -> None:
+async def test_the_sqlite_file_is_created_0600_and_an_existing_one_narrowed(tmp_path: Path) -> None:
     fresh = tmp_path / "fresh.db"
-    SQLiteBackend(str(fresh))
-    assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+    backend = SQLiteBackend(str(fresh))
+    with sqlite3.connect(fresh) as reader:  # while a connection is open, the write-ahead log files stay
+        reader.execute("SELECT count(*) FROM replay").fetchall()
+        await backend.put("s", "k", VALUE)
+        files = sorted(tmp_path.glob("fresh.db*"))
+    assert [(f.name, stat.S_IMODE(f.stat().st_mode)) for f in files] == [
+        ("fresh.db", 0o600),
+        ("fresh.db-shm", 0o600),
+        ("fresh.db-wal", 0o600),
+    ]
     wide = tmp_path / "wide.db"
     wide.touch(mode=0o644)
     os.chmod(wide, 0o644)
