@@ -9,6 +9,9 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
+from numi_mw.core.adapters import openai_responses
+from numi_mw.core.adapters.base import Answer
+from numi_mw.core.adapters.openai_responses import MAX_PART_RUNS
 from numi_mw.core.chunks import MAX_GIVEN_CALLS, ChunkNormalizer
 from numi_mw.core.think import ThinkTags
 
@@ -105,3 +108,66 @@ def test_tool_call_state_stays_flat_over_many_upstream_and_harmony_calls() -> No
     assert growth(step, 2 * MAX_GIVEN_CALLS, 10_000) < GROWTH_SLACK
     state = normalizer._choices[0]
     assert (len(state.given), len(state.moved)) == (MAX_GIVEN_CALLS, MAX_GIVEN_CALLS // 2)
+
+
+# --- the parts of one Responses output item ------------------------------------------------------------------
+
+
+def responses_stream() -> openai_responses.StreamTranslator:
+    translator = openai_responses.StreamTranslator(Answer("m"))
+    translator.event({"type": "response.created", "response": {"id": "resp_1", "model": "m"}})
+    translator.event({"type": "response.output_item.added", "output_index": 0, "item": {"type": "reasoning"}})
+    return translator
+
+
+def summary_delta(translator: openai_responses.StreamTranslator, index: Any, text: str) -> list[dict[str, Any]]:
+    event = {"type": "response.reasoning_summary_text.delta", "output_index": 0, "summary_index": index}
+    return translator.event({**event, "delta": text})
+
+
+def summaries(chunks: list[dict[str, Any]]) -> list[str]:
+    return [c["choices"][0]["delta"]["reasoning_details"][0]["summary"] for c in chunks]
+
+
+def item_done(translator: openai_responses.StreamTranslator, parts: int) -> list[str]:
+    summary = [{"type": "summary_text", "text": f"p{j}"} for j in range(parts)]
+    item = {"type": "reasoning", "summary": summary}
+    return summaries(translator.event({"type": "response.output_item.done", "output_index": 0, "item": item}))
+
+
+def test_an_item_remembers_max_part_runs_runs_of_streamed_parts() -> None:
+    translator = responses_stream()
+    for j in range(0, 2 * MAX_PART_RUNS, 2):  # parts 0, 2, ..., 30 stream: 16 runs of one part each
+        summary_delta(translator, j, f"p{j}")
+    # the item's .done sends only the parts that had no deltas, once each
+    assert item_done(translator, 2 * MAX_PART_RUNS) == [f"\n\np{j}" for j in range(1, 2 * MAX_PART_RUNS, 2)]
+
+
+def test_past_max_part_runs_the_lowest_run_is_forgotten_and_its_done_text_goes_out_again() -> None:
+    translator = responses_stream()
+    for j in range(0, 2 * MAX_PART_RUNS + 1, 2):  # parts 0, 2, ..., 32: 17 runs, part 0's is forgotten
+        summary_delta(translator, j, f"p{j}")
+    expected = ["\n\np0", *(f"\n\np{j}" for j in range(1, 2 * MAX_PART_RUNS + 1, 2))]
+    assert item_done(translator, 2 * MAX_PART_RUNS + 1) == expected
+
+
+def test_parts_that_stream_in_order_are_one_run_however_many() -> None:
+    translator = responses_stream()
+    for j in range(3 * MAX_PART_RUNS):
+        summary_delta(translator, j, f"p{j}")
+    assert item_done(translator, 3 * MAX_PART_RUNS) == []
+
+
+def test_past_max_part_runs_part_keys_that_are_no_integers_forget_the_oldest() -> None:
+    translator = responses_stream()
+    for k in range(MAX_PART_RUNS + 1):  # "k0" ... "k16": "k0" is forgotten
+        summary_delta(translator, f"k{k}", "x")
+    done = {"type": "response.reasoning_summary_text.done", "output_index": 0}
+    assert translator.event({**done, "summary_index": "k1", "text": "x"}) == []
+    assert summaries(translator.event({**done, "summary_index": "k0", "text": "x"})) == ["\n\nx"]
+
+
+def test_part_state_stays_flat_over_many_parts_of_one_item() -> None:
+    translator = responses_stream()
+    assert growth(lambda j: summary_delta(translator, j, "s"), 1000, 20_000) < GROWTH_SLACK
+    assert item_done(translator, 21_000) == []
