@@ -13,7 +13,7 @@ from numi_mw.core.adapters import openai_responses
 from numi_mw.core.adapters.base import Answer
 from numi_mw.core.adapters.openai_responses import MAX_PART_RUNS
 from numi_mw.core.chunks import MAX_GIVEN_CALLS, ChunkNormalizer
-from numi_mw.core.think import ThinkTags
+from numi_mw.core.think import MAX_ECHO_CHARS, ReasoningEcho, ThinkTags
 
 GROWTH_SLACK = 32 * 1024
 """Bytes tracemalloc's current size may move between two checkpoints of a bounded stream (dict resizes, interned
@@ -171,3 +171,85 @@ def test_part_state_stays_flat_over_many_parts_of_one_item() -> None:
     translator = responses_stream()
     assert growth(lambda j: summary_delta(translator, j, "s"), 1000, 20_000) < GROWTH_SLACK
     assert item_done(translator, 21_000) == []
+
+
+# --- the echo of field reasoning in tags -----------------------------------------------------------------------
+
+R = "reasoning"
+
+
+def test_an_echo_longer_than_max_echo_chars_is_dropped_and_what_is_held_stays_bounded() -> None:
+    echo = ReasoningEcho()
+    for i in range(3 * MAX_ECHO_CHARS // 1000):  # llama.cpp's legacy echo: each token in both places
+        text = f"{i:08d}" * 125
+        echo.fields(text)
+        assert echo.filter([(R, text)]) == []
+        assert sum(map(len, echo._held)) <= MAX_ECHO_CHARS
+    assert echo.filter([("content", "Answer")]) == [("content", "Answer")]
+
+
+def test_held_text_of_max_echo_chars_shorter_than_the_field_reasoning_still_goes_out() -> None:
+    echo = ReasoningEcho()
+    echo.fields("y" * MAX_ECHO_CHARS)
+    assert echo.filter([(R, "y" * MAX_ECHO_CHARS)]) == []
+    echo.fields("z")
+    assert echo.filter([("content", "Answer")]) == [(R, "y" * MAX_ECHO_CHARS), ("content", "Answer")]
+
+
+def test_held_text_past_max_echo_chars_that_matches_is_the_echo_and_is_dropped() -> None:
+    echo = ReasoningEcho()
+    echo.fields("y" * MAX_ECHO_CHARS)
+    assert echo.filter([(R, "y" * MAX_ECHO_CHARS)]) == []
+    echo.fields("yz")
+    assert echo.filter([(R, "y")]) == []  # one character past the bound: the 64 Ki held characters are the echo
+    assert echo._held == []
+    assert echo.filter([("content", "Answer")]) == [("content", "Answer")]  # the shorter rest is the echo's too
+
+
+def test_held_whitespace_past_max_echo_chars_goes_out_as_it_came() -> None:
+    echo = ReasoningEcho()
+    echo.fields("R")
+    assert echo.filter([(R, " " * MAX_ECHO_CHARS)]) == []  # at the bound: held
+    assert echo.filter([(R, " ")]) == [(R, " " * (MAX_ECHO_CHARS + 1))]
+    assert echo.filter([(R, "R")]) == [(R, "R")]  # the rest of the phase goes out as it comes
+    started = ReasoningEcho()  # whitespace after matched text
+    started.fields("R")
+    assert started.filter([(R, "R"), (R, " " * (MAX_ECHO_CHARS - 1))]) == []  # at the bound: held
+    assert started.filter([(R, " ")]) == []  # past it: the matched "R" is the echo, the whitespace stays held
+    assert started._held == [" " * MAX_ECHO_CHARS]
+    assert started.filter([(R, " ")]) == [(R, " " * (MAX_ECHO_CHARS + 1))]  # past it alone: it goes out
+
+
+def test_field_reasoning_max_echo_chars_ahead_of_held_text_is_forgotten_and_the_held_text_goes_out() -> None:
+    at = ReasoningEcho()
+    at.fields("a" + "b" * (MAX_ECHO_CHARS - 1))
+    assert at.filter([(R, "a")]) == []
+    at.fields("b")  # 64 Ki characters not matched yet: still compared
+    assert at.filter([(R, "b" * MAX_ECHO_CHARS)]) == []
+    past = ReasoningEcho()
+    past.fields("a" + "b" * (MAX_ECHO_CHARS - 1))
+    assert past.filter([(R, "a")]) == []
+    past.fields("bb")  # one more: the field reasoning is forgotten
+    assert (past._parts, past._f) == ([], "")
+    assert past.filter([(R, "b")]) == [(R, "ab")]  # the held text goes out before the rest, as it came
+    assert past.filter([("content", "Answer")]) == [("content", "Answer")]
+    settled = ReasoningEcho()
+    settled.fields("ab")
+    assert settled.filter([(R, "a")]) == []
+    settled.fields("c" * MAX_ECHO_CHARS)
+    assert settled.settle() == [(R, "a")]
+
+
+def test_echo_state_stays_flat_over_a_long_echo_and_over_long_field_reasoning_after_held_text() -> None:
+    echo = ReasoningEcho()
+
+    def step(i: int) -> None:
+        text = f"{i:08d}" * 4
+        echo.fields(text)
+        assert echo.filter([(R, text)]) == []
+
+    assert growth(step, 1000, 20_000) < GROWTH_SLACK
+    ahead = ReasoningEcho()
+    ahead.fields("ab")
+    assert ahead.filter([(R, "a")]) == []
+    assert growth(lambda i: ahead.fields(f"{i:08d}" * 4), 1000, 20_000) < GROWTH_SLACK
