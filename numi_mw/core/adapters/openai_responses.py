@@ -854,9 +854,9 @@ class StreamTranslator(ChunkStream):
     ``reasoning.encrypted`` entry; text as ``delta.content``, refusals as ``delta.refusal``, function calls as
     ``delta.tool_calls`` (announced at ``.added`` with ``id`` = ``call_id``, then argument deltas). A part with no
     deltas sends its ``.done`` text once (LM Studio streams no arguments; an o3 stream has its message only in
-    ``output_item.done``), never both; items the terminal response holds that never had their ``.done`` are
-    sent from it. ``response.completed`` / ``response.incomplete`` end the stream: a finish chunk with an empty
-    delta, then a usage chunk when the request asked for one and the upstream reported usage.
+    ``output_item.done``), never both (within ``MAX_PART_RUNS``); items the terminal response holds that never had
+    their ``.done`` are sent from it. ``response.completed`` / ``response.incomplete`` end the stream: a finish
+    chunk with an empty delta, then a usage chunk when the request asked for one and the upstream reported usage.
     """
 
     __slots__ = ("_by_id", "_by_index", "_calls", "_items", "_started", "_visible")
