@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.testclient import TestClient
 
+from numi_mw import ReasoningMiddleware
 from numi_mw.catalog_files import default_catalog
 from numi_mw.core.adapters import WIRE_APIS, Answer
 from numi_mw.core.catalog import Pricing
@@ -253,3 +259,35 @@ def test_a_translated_anthropic_answer_gets_its_cost() -> None:
         },
         "token_count_basis": "provider_native",
     }
+
+
+def test_the_middleware_accounts_xai_usage_without_a_catalog(shared_dir: Path) -> None:
+    usage = xai_usage(shared_dir)
+    answer = {
+        "id": "c",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}],
+        "usage": usage,
+    }
+
+    async def completion(request: Request) -> Response:
+        await request.body()
+        return JSONResponse(answer)
+
+    app = Starlette(routes=[Route("/v1/chat/completions", completion, methods=["POST"])])
+    app.add_middleware(ReasoningMiddleware, provider="xai")
+    with TestClient(app) as client:
+        response = client.post("/v1/chat/completions", json={"model": "grok-3-mini", "messages": []})
+    got = response.json()["usage"]
+    assert (got["completion_tokens"], got["cost"], got["token_count_basis"]) == (
+        342,
+        0.000172125,
+        "provider_native_reasoning_added",
+    )
+    assert response.headers["content-length"] == str(len(response.content))
+
+
+def test_only_the_xai_row_counts_reasoning_outside_and_reports_ticks() -> None:
+    """``docs/providers.md``: one row, ``xai``, has the usage columns (xAI's chat API reference)."""
+    assert [name for name, rules in PROVIDERS.items() if rules.reasoning_outside_completion] == ["xai"]
+    assert [name for name, rules in PROVIDERS.items() if rules.cost_in_usd_ticks] == ["xai"]
