@@ -31,6 +31,7 @@ from numi_mw.core.response import (
 from numi_mw.core.routing import fixed_route, rules_for
 from numi_mw.core.sse import EventTooLarge, SSEDecoder
 from numi_mw.core.think import THINK_STARTS, ThinkTags
+from numi_mw.core.usage import usage_rules
 from numi_mw.proxy.ops import LOG_FORMATS, log_config
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
@@ -239,7 +240,9 @@ def _response(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(error.to_bytes() + b"\n")
         return 1
     body = sys.stdin.buffer.read()
-    options = response_options(prepared.translation, prepared.controls.exclude, _think(args, rules))
+    options = response_options(
+        prepared.translation, prepared.controls.exclude, _think(args, rules), usage=usage_rules(rules)
+    )
     # no headers on stdin: a body that opens like JSON is a buffered answer (or an error body), one that opens
     # like SSE (a field or a comment line) a stream; anything else is a stream when the request asked for one,
     # and a buffered answer that is not JSON when it did not
