@@ -27,18 +27,13 @@ from numi_mw.core.errors import ApiError, event_too_large, invalid_request, resp
 from numi_mw.core.fields import plain_reasoning
 from numi_mw.core.providers import WIRE_API_NAMES, WireApi
 from numi_mw.core.response import DEFAULT_BOUNDS, Bounds
-from numi_mw.core.sse import EventTooLarge, SSEDecoder
+from numi_mw.core.sse import EventTooLarge, SSEDecoder, SSEEvent
 from numi_mw.core.think import ThinkTags
 
 _USAGE: Final = Answer(include_usage=True)
 """What a native answer's translation needs here: a usage chunk at the end of a stream (``usage``)."""
 
 __all__ = ["AccumulatedChoice", "Accumulator", "rebuild_from_body"]
-
-_KNOWN: Final = frozenset(
-    ("role", "content", "refusal", "reasoning", "reasoning_content", "reasoning_details", "tool_calls")
-)
-"""The delta fields an ``AccumulatedChoice`` merges by their meaning; any other keeps its last non-null value."""
 
 _OPAQUE: Final = ("text", "summary", "signature", "data")
 """The string fields of a detail fragment counted against the bound (``Bounds.max_response_bytes``)."""
@@ -174,29 +169,42 @@ class AccumulatedChoice:
         if type(delta) is not dict:
             return 0
         added = 0
-        shown = plain_reasoning(delta)
-        details = delta.get("reasoning_details")
-        if isinstance(details, list):
+        shown = plain = details = None
+        for key, value in delta.items():  # one pass over the delta (this runs once per chunk)
+            if key == "content":
+                if type(value) is str:
+                    self._content = _appended(self._content, value)
+                    added += len(value)
+            elif key == "reasoning":
+                if type(value) is str and value:
+                    shown = value
+            elif key == "reasoning_details":
+                if type(value) is list:
+                    details = value
+            elif key == "reasoning_content":
+                if type(value) is str and value:
+                    plain = value
+            elif key == "tool_calls":
+                if type(value) is list:
+                    added += self._merge_calls(value)
+            elif key == "refusal":
+                if type(value) is str:
+                    self._refusal = _appended(self._refusal, value)
+                    added += len(value)
+            elif key == "role":
+                if value is not None:
+                    self.role = value
+            elif value is not None:
+                self._extra[key] = value
+        if shown is None:
+            shown = plain  # ``fields.plain_reasoning``: reasoning, else reasoning_content
+        if details is not None:
             added += self._fragments(details)
             if shown is None:
                 shown = visible_text(details) or None
         if shown is not None:
             self._reasoning.append(shown)
             added += len(shown)
-        for key, value in delta.items():
-            if key in _KNOWN:
-                if key == "content" and isinstance(value, str):
-                    self._content = _appended(self._content, value)
-                    added += len(value)
-                elif key == "refusal" and isinstance(value, str):
-                    self._refusal = _appended(self._refusal, value)
-                    added += len(value)
-                elif key == "tool_calls" and isinstance(value, list):
-                    added += self._merge_calls(value)
-                elif key == "role" and value is not None:
-                    self.role = value
-            elif value is not None:
-                self._extra[key] = value
         return added
 
     def _fragments(self, details: list[Any]) -> int:
@@ -380,6 +388,10 @@ class Accumulator:
         decoder = self._decoder
         if decoder is None:
             decoder = self._decoder = SSEDecoder(self.bounds.max_event_bytes)
+        single = decoder.single_data(data)  # the common case: one whole ``data:`` event
+        if single is not None:
+            self._data(single)
+            return
         try:
             events = decoder.feed(data)
         except EventTooLarge as exc:
@@ -453,18 +465,22 @@ class Accumulator:
             translator = self._translator = self._adapter.stream(_USAGE)
         return translator
 
-    def _events(self, events: list[Any]) -> None:
+    def _events(self, events: list[SSEEvent]) -> None:
         for event in events:
-            data = event.data
-            if data is None or data == b"[DONE]":
-                continue
-            value = decode_lenient(data)  # NaN and lone surrogates included, as the sidecar reads them
-            if value is UNDECODABLE:
-                raise ApiError("invalid_json", f"An SSE event is not JSON ({data[:80]!r}); send whole chunks.")
-            if self._adapter is not None:
-                self.feed_chunk(value)
-            else:
-                self._fed(value)
+            if event.data is not None:
+                self._data(event.data)
+
+    def _data(self, data: bytes) -> None:
+        """Take one SSE event's data (``[DONE]`` is skipped)."""
+        if data == b"[DONE]":
+            return
+        value = decode_lenient(data)  # NaN and lone surrogates included, as the sidecar reads them
+        if value is UNDECODABLE:
+            raise ApiError("invalid_json", f"An SSE event is not JSON ({data[:80]!r}); send whole chunks.")
+        if self._adapter is not None:
+            self.feed_chunk(value)
+        else:
+            self._fed(value)
 
     def _fed(self, value: Any) -> None:
         """``feed_chunk`` of a value this accumulator decoded itself (nobody else holds it: no copy)."""
