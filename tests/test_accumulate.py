@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.payloads import split_events
 from numi_mw import Accumulator, ApiError
 from numi_mw.core.adapters.openai_responses import SEPARATOR
 from numi_mw.core.chunks import MAX_CHOICES
@@ -182,6 +183,11 @@ def test_any_split_of_the_bytes_and_decoded_chunks_give_the_same_message(shared_
             accumulator.feed_sse(body[at : at + step])
         accumulator.finish()
         assert accumulator.message() == whole
+    by_event = Accumulator()  # one whole event per call: the one-event fast path
+    for event in split_events(body):
+        by_event.feed_sse(event)
+    by_event.finish()
+    assert by_event.message() == whole
     decoded = Accumulator()
     for chunk in sse_chunks(body):
         decoded.feed_chunk(chunk)

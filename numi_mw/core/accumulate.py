@@ -157,7 +157,7 @@ class AccumulatedChoice:
         if calls:
             message["tool_calls"] = calls
         for key, value in self._extra.items():
-            message.setdefault(key, value)
+            message.setdefault(key, copy.deepcopy(value))
         return message
 
     def _take(self, choice: dict[str, Any]) -> int:
