@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from benchmarks import baseline, payloads, think
+from benchmarks import accumulate, baseline, payloads, think
 from benchmarks.config import Config
 from benchmarks.timing import BatchRunner, Measurement, interleave, ratios, sync_runner, timed_ratio
 from numi_mw import ReasoningMiddleware
@@ -433,6 +433,7 @@ def run_stream(config: Config) -> list[Measurement]:
         config.batch_seconds,
     )
     out.append(think.cost_measurement(config))  # beside the plain stream's row
+    out += accumulate.measurements(config)  # what storing the answer costs
     for stem, raw in payloads.fixture_streams().items():
         out += stream_measurements(
             f"stream.fixture.{stem}",

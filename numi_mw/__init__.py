@@ -8,6 +8,7 @@ measures them. The names below are the public API; ``docs/`` describes each.
 
 import logging
 
+from numi_mw.core.accumulate import AccumulatedChoice, Accumulator
 from numi_mw.core.catalog import Catalog, CatalogError, load_catalog
 from numi_mw.core.controls import ReasoningControls
 from numi_mw.core.details import rebuild_reasoning_details
@@ -24,6 +25,8 @@ from numi_mw.transport import NormalizingTransport, SyncNormalizingTransport
 __all__ = [
     "ERROR_CODES",
     "PROVIDERS",
+    "AccumulatedChoice",
+    "Accumulator",
     "ApiError",
     "Catalog",
     "CatalogError",

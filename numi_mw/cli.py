@@ -13,10 +13,10 @@ from urllib.parse import urlsplit
 
 from numi_mw.asgi import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADER_COUNT
 from numi_mw.catalog_files import DEFAULT_CATALOG, default_catalog, read_catalog, read_text
+from numi_mw.core.accumulate import rebuild_from_body
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.catalog import Catalog, CatalogError, unknown_efforts, unknown_keys
 from numi_mw.core.codec import UNDECODABLE, decode_lenient, decoder, encode, encode_lenient
-from numi_mw.core.details import fragments_from_body, rebuild_reasoning_details
 from numi_mw.core.errors import ApiError, invalid_request
 from numi_mw.core.providers import PROVIDERS, WIRE_API_NAMES, ProviderRules, infer_provider, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request
@@ -31,6 +31,7 @@ from numi_mw.core.response import (
 from numi_mw.core.routing import fixed_route, rules_for
 from numi_mw.core.sse import EventTooLarge, SSEDecoder
 from numi_mw.core.think import THINK_STARTS, ThinkTags
+from numi_mw.core.usage import usage_rules
 from numi_mw.proxy.ops import LOG_FORMATS, log_config
 from numi_mw.replay_store import DEFAULT_MAX_VALUE_BYTES, DEFAULT_TTL
 
@@ -271,7 +272,9 @@ def _response(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(error.to_bytes() + b"\n")
         return 1
     body = sys.stdin.buffer.read()
-    options = response_options(prepared.translation, prepared.controls.exclude, _think(args, rules))
+    options = response_options(
+        prepared.translation, prepared.controls.exclude, _think(args, rules), usage=usage_rules(rules)
+    )
     # no headers on stdin: a body that opens like JSON is a buffered answer (or an error body), one that opens
     # like SSE (a field or a comment line) a stream; anything else is a stream when the request asked for one,
     # and a buffered answer that is not JSON when it did not
@@ -350,7 +353,7 @@ def _is_error_body(value: Any) -> bool:
 def _rebuild(args: argparse.Namespace) -> int:
     body = sys.stdin.buffer.read()
     try:
-        details = rebuild_reasoning_details(fragments_from_body(body))
+        details = rebuild_from_body(body)
     except ApiError as error:  # input that is not fragments: the error body, as ``request`` writes one
         sys.stdout.buffer.write(error.to_bytes() + b"\n")
         return 1

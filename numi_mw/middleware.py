@@ -35,6 +35,7 @@ from numi_mw.core.response import (
 )
 from numi_mw.core.routing import fixed_route
 from numi_mw.core.think import ThinkStart, ThinkTags
+from numi_mw.core.usage import usage_rules
 from numi_mw.replay_store import ReplayStore, replay_store_option, restored_header
 
 
@@ -107,8 +108,9 @@ class ReasoningMiddleware:
         self.translated = wire_api in WIRE_APIS
         self.max_body_bytes = max_body_bytes
         self.think = think_tags_for(self.rules, think_tags, think_start)
-        self._including = ResponseOptions(exclude=False, think=self.think, bounds=self.bounds)
-        self._excluding = ResponseOptions(exclude=True, think=self.think, bounds=self.bounds)
+        self.usage = usage_rules(self.rules)  # the provider's row; no catalog, so no prices and no cost from them
+        self._including = ResponseOptions(exclude=False, think=self.think, bounds=self.bounds, usage=self.usage)
+        self._excluding = ResponseOptions(exclude=True, think=self.think, bounds=self.bounds, usage=self.usage)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not is_chat_completions(scope["method"], scope["path"]):
@@ -148,6 +150,7 @@ class ReasoningMiddleware:
                 self.think,
                 created=int(time.time()),
                 bounds=self.bounds,
+                usage=self.usage,
             )
         extra = adjustments_header(prepared.adjustments) + restored_header(prepared.restored)
         remember = None

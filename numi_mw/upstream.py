@@ -36,6 +36,7 @@ from numi_mw.core.response import (
 )
 from numi_mw.core.routing import Route
 from numi_mw.core.think import ThinkStart, ThinkTags
+from numi_mw.core.usage import usage_rules
 
 log = logging.getLogger("numi_mw.upstream")
 
@@ -225,12 +226,16 @@ def answer_options(
 ) -> ResponseOptions:
     """What the response side does for ``prepared``'s answer: its ``exclude``, the think tags for its route
     (``response.think_tags_for`` with the shell's ``think_tags`` and ``think_start`` and the route's own start),
-    the shell's ``bounds``, and for a translated wire API what the translation needs, ``created`` now (seconds
+    the shell's ``bounds``, the route's usage accounting (``usage.usage_rules``: its provider's row and its
+    endpoint's prices), and for a translated wire API what the translation needs, ``created`` now (seconds
     since the epoch)."""
     route = prepared.route
     think = think_tags_for(route.rules, think_tags, think_start, route_start=route.think_start)
     created = int(time.time()) if prepared.translation is not None else 0
-    return response_options(prepared.translation, prepared.controls.exclude, think, created=created, bounds=bounds)
+    usage = usage_rules(route.rules, route.pricing)
+    return response_options(
+        prepared.translation, prepared.controls.exclude, think, created=created, bounds=bounds, usage=usage
+    )
 
 
 async def feed_answer(upstream: httpx.Response, rewriter: BodyRewriter) -> None:

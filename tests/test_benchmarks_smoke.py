@@ -19,6 +19,7 @@ EXPECTED = {
     "stream.spec_2000",
     "stream.spec_2000.vs_split",
     "stream.think_2000",
+    "stream.accumulate.spec_2000",
     "stream.think_start.content",
     "stream.think_start.auto",
     "stream.think_start.reasoning",

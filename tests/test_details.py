@@ -394,8 +394,8 @@ def test_utf8_size_exceeds() -> None:
     assert utf8_size_exceeds("\ud800", 2) is True
 
 
-def test_fragments_from_a_stream_are_those_of_choice_zero_by_its_index() -> None:
-    from numi_mw.core.details import fragments_from_body
+def test_a_stream_is_rebuilt_from_the_fragments_of_choice_zero_by_its_index() -> None:
+    from numi_mw.core.accumulate import rebuild_from_body
 
     def event(*choices: tuple[int, str]) -> bytes:
         entries = [
@@ -404,18 +404,15 @@ def test_fragments_from_a_stream_are_those_of_choice_zero_by_its_index() -> None
         return b"data: " + json.dumps({"choices": entries}).encode() + b"\n\n"
 
     body = event((1, "ONE"), (0, "ZERO")) + event((0, "-zero2"))
-    assert fragments_from_body(body) == [
-        {"type": "reasoning.text", "text": "ZERO"},
-        {"type": "reasoning.text", "text": "-zero2"},
-    ]
+    assert rebuild_from_body(body) == [{"type": "reasoning.text", "text": "ZERO-zero2"}]
 
 
 def test_fragments_are_read_from_what_the_sidecar_sends_nan_and_lone_surrogates_included() -> None:
-    from numi_mw.core.details import fragments_from_body
+    from numi_mw.core.accumulate import rebuild_from_body
 
     body = (
         b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[{"type":"reasoning.text","text":"a\\ud83d"}]},'
         b'"logprobs":{"content":[{"logprob":-Infinity}]}}]}\n\n'
         b'data: {"choices":[{"index":false,"delta":{"reasoning_details":[{"type":"reasoning.text","text":"X"}]}}]}\n\n'
     )
-    assert fragments_from_body(body) == [{"type": "reasoning.text", "text": "a\ud83d"}]
+    assert rebuild_from_body(body) == [{"type": "reasoning.text", "text": "a\ud83d"}]

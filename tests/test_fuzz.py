@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from numi_mw.core import codec
+from numi_mw.core.accumulate import Accumulator, rebuild_from_body
 from numi_mw.core.adapters import WIRE_APIS, Answer
 from numi_mw.core.completion import normalize_completion
-from numi_mw.core.details import fragments_from_body, rebuild_reasoning_details
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import PROVIDERS, provider_rules
 from numi_mw.core.replay import (
@@ -352,7 +352,7 @@ def test_rebuild_takes_any_json(fragments: Any) -> None:
     """``numi-mw rebuild``'s path for any JSON value: rebuilt details (JSON again), or an ``ApiError`` with its
     error body, never another exception."""
     try:
-        rebuilt = rebuild_reasoning_details(fragments_from_body(json.dumps(fragments).encode()))
+        rebuilt = rebuild_from_body(json.dumps(fragments).encode())
     except ApiError as error:
         assert json.loads(error.to_bytes())["error"]["param"] in (None, "reasoning_details") or "[" in str(error.param)
         return
@@ -560,3 +560,62 @@ def test_the_pipeline_with_restored_state_raises_only_api_errors(messages: Any, 
     except ApiError:
         return
     assert prepared.restored == len(replay_lacking(json.loads(body)["messages"], found))
+
+
+def _stored(accumulator: Accumulator) -> None:
+    """Every choice's message is JSON, its tool calls a list and its display texts strings."""
+    for state in accumulator.choices.values():
+        json.dumps(state.message())
+        assert isinstance(state.reasoning, str) and isinstance(state.tool_calls, list)
+
+
+@FUZZ
+@given(chunks=st.lists(chunk, max_size=5), normalize=st.booleans(), think=think_options, split=st.integers(1, 64))
+def test_accumulator_takes_any_json_in_every_field(
+    chunks: list[Any], normalize: bool, think: ThinkTags | None, split: int
+) -> None:
+    """Chunks with any JSON value in any field: the same message from the bytes split anywhere and from the decoded
+    chunks, a JSON message, and an unknown delta field kept with its last value; or the documented ``ApiError``."""
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    by_bytes = Accumulator(normalize=normalize, think=think)
+    by_chunks = Accumulator(normalize=normalize, think=think)
+    try:
+        for i in range(0, len(body), split):
+            by_bytes.feed_sse(body[i : i + split])
+        by_bytes.finish()
+    except ApiError as error:
+        assert error.status == 400 and str(error.param).startswith("reasoning_details[")
+        return
+    for c in chunks:
+        by_chunks.feed_chunk(c)
+    by_chunks.finish()
+    _stored(by_bytes)
+    assert {i: s.message() for i, s in by_bytes.choices.items()} == {
+        i: s.message() for i, s in by_chunks.choices.items()
+    }
+
+
+@FUZZ
+@given(data=st.data(), wire=st.sampled_from(sorted(WIRE_APIS)))
+def test_accumulator_takes_any_native_events(data: st.DataObject, wire: str) -> None:
+    """A native stream of events with any JSON value in any field: a JSON message, or an ``ApiError``."""
+    accumulator = Accumulator(wire_api=wire)  # type: ignore[arg-type]
+    try:
+        for event in data.draw(native_events[wire]):
+            accumulator.feed_chunk(event)
+        accumulator.finish()
+    except ApiError:
+        pass
+    _stored(accumulator)
+
+
+@FUZZ
+@given(value=st.one_of(completion, json_values), wire=st.sampled_from(["openai-chat", *sorted(WIRE_APIS)]))
+def test_accumulator_takes_any_completion(value: Any, wire: str) -> None:
+    """A buffered answer of any JSON value: a JSON message per choice, or an ``ApiError``."""
+    accumulator = Accumulator(wire_api=wire)  # type: ignore[arg-type]
+    try:
+        accumulator.feed_completion(json.dumps(value).encode())
+    except ApiError:
+        return
+    _stored(accumulator)

@@ -17,6 +17,7 @@ ignored so that the format can grow. ``docs/catalog.md`` has an annotated exampl
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from decimal import Decimal
@@ -54,11 +55,22 @@ class ReasoningCapabilities(msgspec.Struct, frozen=True, kw_only=True, forbid_un
 
 
 class Pricing(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
-    """Prices in USD per token; ``reasoning`` is the separate price of reasoning tokens, when it differs."""
+    """An endpoint's token prices, in USD per token (as OpenRouter's ``GET /models`` lists them), each optional.
+
+    Attributes:
+        prompt: the price of a prompt token.
+        completion: the price of a completion token.
+        reasoning: the separate price of a reasoning token, when the endpoint has one (spec 004 "Output limits
+            and billing": reasoning tokens then use it instead of the completion price); ``None``: the completion
+            price.
+        cache_read: the price of a prompt token read from the provider's cache
+            (``prompt_tokens_details.cached_tokens``); ``None``: the prompt price.
+    """
 
     prompt: float | None = None
     completion: float | None = None
     reasoning: float | None = None
+    cache_read: float | None = None
 
 
 class Endpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
@@ -257,7 +269,8 @@ def load_catalog(text: str | bytes, source: str) -> Catalog:
             names the line and column); a field has the wrong type or value or a required field is missing (the
             message names the entry and the field path); or the catalog is inconsistent: a provider name or model
             id appears twice, an endpoint names a provider the catalog lacks, a ``base_url`` does not start with
-            ``http://`` or ``https://``, a model lists no endpoints, or a model lists an endpoint tag twice.
+            ``http://`` or ``https://``, a model lists no endpoints, a model lists an endpoint tag twice, or a price
+            is negative or not finite.
     """
     if not isinstance(source, str):
         raise ValueError(f"source must be the file name (a str), not {source!r}")
@@ -317,6 +330,15 @@ def _check(catalog: Catalog, source: str) -> None:
                     f"endpoints[{j}].provider",
                     f'unknown provider "{endpoint.provider}"; use one of: {known}',
                 )
+            for name in Pricing.__struct_fields__:
+                price = getattr(endpoint.pricing, name) if endpoint.pricing is not None else None
+                if price is not None and not (math.isfinite(price) and price >= 0):
+                    raise CatalogError(
+                        source,
+                        entry,
+                        f"endpoints[{j}].pricing.{name}",
+                        f"{price!r} is not a price; give USD per token as a number >= 0",
+                    )
 
 
 def published_reasoning(reasoning: ReasoningCapabilities) -> dict[str, Any]:
@@ -339,9 +361,18 @@ def _price(value: float) -> str:
     return format(Decimal(repr(value)), "f")
 
 
+_PRICE_KEYS = (
+    ("prompt", "prompt"),
+    ("completion", "completion"),
+    ("reasoning", "internal_reasoning"),
+    ("cache_read", "input_cache_read"),
+)
+"""Each ``Pricing`` field and the key OpenRouter's listings give it."""
+
+
 def _pricing(pricing: Pricing) -> dict[str, str]:
     out: dict[str, str] = {}
-    for name, key in (("prompt", "prompt"), ("completion", "completion"), ("reasoning", "internal_reasoning")):
+    for name, key in _PRICE_KEYS:
         value = getattr(pricing, name)
         if value is not None:
             out[key] = _price(value)
@@ -398,8 +429,8 @@ def endpoints_listing(model: Model) -> dict[str, Any]:
     ``supported_parameters`` and ``reasoning`` (published fields only) are omitted when not published;
     ``reasoning`` also when ``supported_parameters`` is published without ``reasoning``.
     ``pricing`` (only when the catalog gives prices) follows OpenRouter: USD per token as decimal strings,
-    with the reasoning price under ``internal_reasoning``. OpenRouter's other fields (context length, status,
-    uptime) are not catalog facts and are left out.
+    with the reasoning price under ``internal_reasoning`` and the cache read price under ``input_cache_read``.
+    OpenRouter's other fields (context length, status, uptime) are not catalog facts and are left out.
     """
     endpoints: list[dict[str, Any]] = []
     for endpoint in model.endpoints:

@@ -80,8 +80,9 @@ class _Choice:
     splitter: ThinkSplitter | None = None
     finished: bool = False
     call_index: int = -1  # the delta index of the last harmony tool call found in content (-1: none yet)
-    indices: dict[Any, int] = field(default_factory=dict)  # the upstream's own tool call index -> the index sent
-    calls_sent: set[int] = field(default_factory=set)  # every tool call index sent (the upstream's and harmony's)
+    calls_top: int = 0  # one past the largest tool call index sent (the upstream's and the ones numi_mw gave)
+    given: dict[int, Any] = field(default_factory=dict)  # the last indexes numi_mw gave -> whose (``_free_index``)
+    moved: dict[Any, int] = field(default_factory=dict)  # an upstream tool call index -> the index it was given
     sent: int = 0  # deltas sent with reasoning (text or detail entries)
     open: bool = False  # reasoning went out and nothing has shown the answer since (``_closing``)
     held: tuple[int, Any] | None = None  # the open text detail's position and its format, not sent yet
@@ -99,32 +100,53 @@ _HOLDING_KEYS: Final = frozenset(("content", "role", *REASONING_FIELDS))
 and reasoning (it may be followed by its own tail in content)."""
 
 
-def _free_index(state: _Choice) -> int:
-    """A new ``tool_calls`` index for a choice, one past every index sent so far, marked as sent."""
-    sent = state.calls_sent
-    index = max(sent) + 1 if sent else 0
-    sent.add(index)
+MAX_GIVEN_CALLS: Final = 128
+"""Of each choice's tool call indexes that numi_mw gave (to harmony tool calls found in content, and to upstream
+tool calls moved off an index one of those took), how many it remembers: the last ones (OpenAI takes at most 128
+functions per request). An upstream tool call is kept apart only from these, so that a stream that names a
+million tool call indexes keeps bounded state; past them it goes on at its own index, as it came
+(``docs/streaming.md``, "Streams")."""
+
+_HARMONY: Final = _Slow.SLOW
+"""What ``_Choice.given`` holds for an index given to a harmony tool call (no upstream index moved to it)."""
+
+
+def _free_index(state: _Choice, upstream: Any = _HARMONY) -> int:
+    """A new ``tool_calls`` index for a choice, one past every index sent so far, remembered as given to
+    ``upstream``'s call (a harmony call's by default). Past ``MAX_GIVEN_CALLS`` the oldest given index is forgotten,
+    and with it the move of the upstream call it was given to. Indexes are given in increasing order, so an
+    upstream index whose move is forgotten names no index still remembered: its call goes on as it came."""
+    index = state.calls_top
+    state.calls_top = index + 1
+    given = state.given
+    given[index] = upstream
+    if len(given) > MAX_GIVEN_CALLS:
+        oldest = next(iter(given))
+        whose = given.pop(oldest)
+        if whose is not _HARMONY:
+            del state.moved[whose]
     return index
 
 
 def _own_calls(delta: dict[str, Any], calls: list[Any], state: _Choice) -> dict[str, Any]:
     """``delta`` with the upstream's own ``tool_calls`` entries kept apart from the harmony tool calls found in
-    content: an upstream index keeps its number unless a harmony call took it, and then gets the next free one,
-    so that clients that merge tool calls by ``index`` never join two calls."""
-    indices = state.indices
+    content: an upstream index keeps its number unless numi_mw gave it (``MAX_GIVEN_CALLS``), and then gets the
+    next free one, so that clients that merge tool calls by ``index`` never join two calls. Only moved indexes are
+    remembered; one kept needs nothing but ``calls_top``."""
+    moved = state.moved
     changed = False
     out: list[Any] = []
     for call in calls:
         if isinstance(call, dict) and "index" in call and not isinstance(call["index"], list | dict):
             upstream = call["index"]  # (a list or an object is no index: the call goes as it came)
-            index = indices.get(upstream)
+            index = moved.get(upstream)
             if index is None:
-                if type(upstream) is int and upstream not in state.calls_sent:
+                if type(upstream) is int and upstream not in state.given:
                     index = upstream
-                    state.calls_sent.add(index)
+                    if upstream >= state.calls_top:
+                        state.calls_top = upstream + 1
                 else:
-                    index = _free_index(state)
-                indices[upstream] = index
+                    index = moved[upstream] = _free_index(state, upstream)
             if index != upstream:
                 call = {**call, "index": index}
                 changed = True

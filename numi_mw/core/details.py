@@ -316,67 +316,34 @@ def rebuild_reasoning_details(fragments: list[dict[str, Any]]) -> list[dict[str,
     return rebuilder.result()
 
 
-def fragments_from_body(body: bytes) -> list[Any]:
-    """The streamed reasoning detail fragments in ``body``, in order (``numi-mw rebuild``'s input).
-
-    Args:
-        body: either a JSON list of fragments (objects), or an SSE stream of chat completion chunks (UTF-8
-            bytes), whose ``delta.reasoning_details`` entries of choice 0 (the choice with ``index`` 0) are
-            collected as the stream has them.
+def fragments_from_body(body: bytes) -> list[Any] | None:
+    """The reasoning detail fragments of a JSON list ``body`` (``numi-mw rebuild``'s input), or ``None`` when
+    ``body`` does not open like a list (an SSE stream, which ``accumulate.rebuild_from_body`` reads).
 
     Raises:
-        ApiError: 400 ``invalid_json`` when ``body`` is empty, or opens like a list that is not JSON, or has an
-            SSE event that is not JSON; 400 ``invalid_request`` when it is neither a list nor a stream of chunks,
-            or a list with an entry that is not a fragment object (``param`` ``reasoning_details[1]``)
+        ApiError: 400 ``invalid_json`` when ``body`` is empty, or opens like a list that is not JSON; 400
+            ``invalid_request`` for a list entry that is not a fragment object (``param`` ``reasoning_details[1]``)
             (``docs/cli.md``).
     """
-    from numi_mw.core.codec import UNDECODABLE, decode_lenient
+    from numi_mw.core.codec import decode_lenient
     from numi_mw.core.errors import ApiError, empty_body
-    from numi_mw.core.sse import SSEDecoder
 
     stripped = body.lstrip()
     if not stripped:
         raise empty_body()
-    if stripped.startswith(b"["):
-        value = decode_lenient(body)
-        if not isinstance(value, list):
-            raise ApiError(
-                "invalid_json",
-                "The input opens like a JSON array but is not JSON; send an array of "
-                "reasoning_details fragments or an SSE stream of chunks.",
-            )
-        for j, entry in enumerate(value):
-            if not isinstance(entry, dict):
-                path = f"reasoning_details[{j}]"
-                raise invalid_request(
-                    f"{path} must be a reasoning detail fragment (an object), not {type(entry).__name__}.", path
-                )
-        return value
-    sse = SSEDecoder()
-    fragments: list[Any] = []
-    events = sse.feed(body) + sse.flush()
-    seen = False
-    for event in events:
-        if event.data is None or event.is_done:
-            continue
-        chunk = decode_lenient(event.data)  # what the sidecar sends, NaN and lone surrogates included
-        if chunk is UNDECODABLE:
-            raise ApiError("invalid_json", f"An SSE event is not JSON ({event.data[:80]!r}); send whole chunks.")
-        seen = True
-        choices = chunk.get("choices") if isinstance(chunk, dict) else None
-        if not isinstance(choices, list):
-            continue
-        for choice in choices:  # choice 0 by its index (a missing index counts as 0), not by list position
-            index = choice.get("index", 0) if isinstance(choice, dict) else None
-            if type(index) is not int or index != 0:
-                continue
-            delta = choice.get("delta")
-            details = delta.get("reasoning_details") if isinstance(delta, dict) else None
-            if isinstance(details, list):
-                fragments.extend(details)
-    if not seen:
-        raise invalid_request(
-            "The input is neither a JSON array of reasoning_details fragments nor an SSE stream of chat completion "
-            "chunks."
+    if not stripped.startswith(b"["):
+        return None
+    value = decode_lenient(body)
+    if not isinstance(value, list):
+        raise ApiError(
+            "invalid_json",
+            "The input opens like a JSON array but is not JSON; send an array of "
+            "reasoning_details fragments or an SSE stream of chunks.",
         )
-    return fragments
+    for j, entry in enumerate(value):
+        if not isinstance(entry, dict):
+            path = f"reasoning_details[{j}]"
+            raise invalid_request(
+                f"{path} must be a reasoning detail fragment (an object), not {type(entry).__name__}.", path
+            )
+    return value

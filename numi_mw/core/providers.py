@@ -59,6 +59,12 @@ class ProviderRules:
             excluded (vLLM honours it); otherwise exclusion is enforced on the response only.
         split_think_tags: responses carry reasoning as ``<think>`` tags inside ``content``.
         hosts: API hosts (and their subdomains) that mean this provider when it is not named.
+        reasoning_outside_completion: the provider's chat usage counts ``reasoning_tokens`` outside
+            ``completion_tokens`` (xAI's chat API reference: ``completion_tokens`` 2 beside
+            ``completion_tokens_details.reasoning_tokens`` 340, ``total_tokens`` counting both), where spec 004
+            ("Output limits and billing") counts them inside; ``usage.account_usage`` adds them in.
+        cost_in_usd_ticks: the provider's usage reports what it charged as ``cost_in_usd_ticks``, 10^10 ticks to
+            the US dollar (xAI's "Cost Tracking" guide); ``usage.account_usage`` gives it as ``cost``.
     """
 
     name: str
@@ -69,6 +75,8 @@ class ProviderRules:
     send_include_reasoning: bool = False
     split_think_tags: bool = False
     hosts: tuple[str, ...] = ()
+    reasoning_outside_completion: bool = False
+    cost_in_usd_ticks: bool = False
 
 
 PROVIDERS: dict[str, ProviderRules] = {
@@ -114,7 +122,15 @@ PROVIDERS: dict[str, ProviderRules] = {
         ProviderRules("mistral", "reasoning_content", "effort", "none", hosts=("api.mistral.ai",)),
         ProviderRules("gemini", "reasoning_content", "gemini", "none", hosts=("generativelanguage.googleapis.com",)),
         # Hosts that read reasoning_content (or reasoning) back and ignore what they do not know.
-        ProviderRules("xai", "reasoning_content", "effort", "preserved-text", hosts=("api.x.ai",)),
+        ProviderRules(
+            "xai",
+            "reasoning_content",
+            "effort",
+            "preserved-text",
+            hosts=("api.x.ai",),
+            reasoning_outside_completion=True,
+            cost_in_usd_ticks=True,
+        ),
         ProviderRules(
             "together",
             "reasoning",

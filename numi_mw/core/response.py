@@ -29,6 +29,7 @@ from numi_mw.core.errors import CUT_SHORT, ApiError, event_too_large, response_t
 from numi_mw.core.providers import ProviderRules, WireApi
 from numi_mw.core.sse import EventTooLarge, SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
 from numi_mw.core.think import THINK_STARTS, ThinkStart, ThinkTags
+from numi_mw.core.usage import UsageRules, account_completion
 
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 """The most bytes of one upstream SSE event a stream rewriter holds (``--max-event-bytes``, ``max_event_bytes``):
@@ -69,6 +70,8 @@ class ResponseOptions(msgspec.Struct, frozen=True, gc=False):
         answer: what that translation needs of the request (``adapters.Answer``; the shell sets its
             ``created`` time); ``None`` on chat completions routes.
         bounds: what the rewriter may hold (``Bounds``).
+        usage: the usage accounting of the route (``usage.usage_rules``: reasoning inside ``completion_tokens``,
+            ``cost`` from the endpoint's prices), or ``None`` to pass usage as it came.
     """
 
     exclude: bool = False
@@ -76,6 +79,7 @@ class ResponseOptions(msgspec.Struct, frozen=True, gc=False):
     wire_api: WireApi = "openai-chat"
     answer: Answer | None = None
     bounds: Bounds = DEFAULT_BOUNDS
+    usage: UsageRules | None = None
 
 
 def think_tags_for(
@@ -118,14 +122,16 @@ def response_options(
     *,
     created: int = 0,
     bounds: Bounds = DEFAULT_BOUNDS,
+    usage: UsageRules | None = None,
 ) -> ResponseOptions:
     """The ``ResponseOptions`` of a prepared request: ``exclude`` (``PreparedRequest.controls.exclude``), the think
-    tags, the shell's ``bounds``, and, for a route whose wire API is translated (``PreparedRequest.translation``),
-    what the answer's translation needs, with ``created`` (seconds since the epoch) from the shell's clock."""
+    tags, the shell's ``bounds``, the route's ``usage`` accounting, and, for a route whose wire API is translated
+    (``PreparedRequest.translation``), what the answer's translation needs, with ``created`` (seconds since the
+    epoch) from the shell's clock."""
     if translation is None:
-        return ResponseOptions(exclude, think, bounds=bounds)
+        return ResponseOptions(exclude, think, bounds=bounds, usage=usage)
     answer = Answer(translation.model, translation.include_usage, created)
-    return ResponseOptions(exclude, think, translation.wire_api, answer, bounds)
+    return ResponseOptions(exclude, think, translation.wire_api, answer, bounds, usage)
 
 
 IDENTITY: frozenset[str] = frozenset(("identity", ""))
@@ -189,6 +195,12 @@ _ONE_DATA_LINE = len(b"data: \n\n")
 any other line (a comment, another field, a second data line, a ``\r\n`` line end) adds at least two bytes."""
 
 
+def may_hold_usage(data: bytes) -> bool:
+    """Whether the JSON bytes ``data`` may hold a ``usage`` key, decided without decoding (a ``\\u`` escape could
+    spell one)."""
+    return data.find(b"usage") >= 0 or (_BACKSLASH in data and data.find(b"\\u") >= 0)
+
+
 def may_hold_reasoning(data: bytes) -> bool:
     """Whether the JSON bytes ``data`` may hold a reasoning field, decided without decoding.
 
@@ -248,7 +260,7 @@ class SSERewriter:
     ``fail(error) -> bytes`` what to send when it breaks off. The body has no fixed length any more.
     """
 
-    __slots__ = ("_decoder", "_done", "_head", "_normalizer", "_prefilter", "options")
+    __slots__ = ("_decoder", "_done", "_head", "_normalizer", "_prefilter", "_usage", "options")
 
     def __init__(self, options: ResponseOptions) -> None:
         self.options = options
@@ -256,6 +268,7 @@ class SSERewriter:
         self._normalizer = ChunkNormalizer(exclude=options.exclude, think=options.think)
         self._done = False
         self._prefilter = options.think is None  # with think splitting every chunk's content is read
+        self._usage = options.usage
         self._head: dict[str, Any] | None = None  # the first chunk's id, created and model, for an error chunk
 
     def feed(self, chunk: bytes) -> bytes:
@@ -342,7 +355,7 @@ class SSERewriter:
             return self._closing_chunks() + raw
         if self._head is None:  # the first chunk: read once, for the error chunk of a break
             self._head = _head_of(data)
-        if self._prefilter and not may_hold_reasoning(data):
+        if self._prefilter and not may_hold_reasoning(data) and (self._usage is None or not may_hold_usage(data)):
             if not self._normalizer.open_reasoning:
                 return raw
             before = self._normalizer.close_before(data)  # open reasoning ends before the answer's first chunk
@@ -355,11 +368,15 @@ class SSERewriter:
             value, encode = codec.fallback(data)
             if value is codec.UNDECODABLE:
                 return raw
+        accounted = self._usage is not None and account_completion(value, self._usage)
         chunks = self._normalizer.normalize(value)
         if chunks is UNCHANGED:
-            return raw
+            if not accounted:
+                return raw
+            chunks = [value]
         one_line = len(raw) - len(data) <= _ONE_DATA_LINE  # the event is one data line and its blank line
-        last = data if len(chunks) > 1 and chunks[-1] is value else None  # unchanged, after chunks put before it
+        # the last chunk unchanged, after chunks put before it: its original bytes go
+        last = data if len(chunks) > 1 and chunks[-1] is value and not accounted else None
         if last is not None:
             chunks = chunks[:-1]
         try:
@@ -449,15 +466,25 @@ def normalize_completion_body(body: bytes, options: ResponseOptions) -> bytes:
 
     Returns ``body`` itself (the same object) when nothing changes, which is decided without decoding for a
     body that cannot hold a reasoning field (``may_hold_reasoning``; with no ``exclude`` and no think
-    splitting); a body that is not JSON is returned unchanged. Otherwise ``completion.normalize_completion``
-    applies and the result is re-encoded.
+    splitting) and, with usage accounting, no usage (``may_hold_usage``); a body that is not JSON is returned
+    unchanged. Otherwise ``completion.normalize_completion`` and the usage accounting (``usage.account_usage``)
+    apply and the result is re-encoded.
     """
-    if not options.exclude and options.think is None and not may_hold_reasoning(body):
+    usage = options.usage
+    if (
+        not options.exclude
+        and options.think is None
+        and not may_hold_reasoning(body)
+        and (usage is None or not may_hold_usage(body))
+    ):
         return body
     value, encode = codec.decode_with_encoder(body)
-    if value is codec.UNDECODABLE or not normalize_completion(value, exclude=options.exclude, think=options.think):
+    if value is codec.UNDECODABLE:
         return body
-    return encode(value)
+    changed = normalize_completion(value, exclude=options.exclude, think=options.think)
+    if usage is not None and account_completion(value, usage):
+        changed = True
+    return encode(value) if changed else body
 
 
 class NativeSSERewriter:
@@ -554,7 +581,10 @@ class NativeSSERewriter:
             self._head = chunks[0]
         out: list[bytes] = []
         normalize = self._normalizer.normalize
+        usage = self.options.usage
         for chunk in chunks:
+            if usage is not None:
+                account_completion(chunk, usage)
             normalized = normalize(chunk)
             for item in (chunk,) if normalized is UNCHANGED else normalized:
                 try:
@@ -638,6 +668,8 @@ class NativeJSONRewriter:
             self.status = error.status
             return error.to_bytes()
         normalize_completion(chat, exclude=options.exclude, think=options.think)
+        if options.usage is not None:
+            account_completion(chat, options.usage)
         self.changed = True
         return codec.encode_lenient(chat)
 

@@ -12,12 +12,14 @@ request, and the facts spec 000's message preparation filter reads (reasoning su
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from numi_mw.core.adapters import WIRE_APIS
-from numi_mw.core.catalog import Catalog, Endpoint, Model, Provider, ReasoningCapabilities
+from numi_mw.core.catalog import Catalog, Endpoint, Model, Pricing, Provider, ReasoningCapabilities
 from numi_mw.core.controls import ReasoningControls, fold_controls
 from numi_mw.core.errors import ApiError, invalid_request, provider_unavailable
 from numi_mw.core.fields import CONTROL_FIELDS, drop, splice
@@ -44,6 +46,8 @@ class Route:
         adaptive: the catalog marks the model's thinking as adaptive (``Model.adaptive_thinking``).
         think_start: where the model's answer starts for the think-tag splitter (``Model.think_start``), or
             ``None`` (the shell's default; ``response.think_tags_for``).
+        pricing: the chosen endpoint's prices (``Endpoint.pricing``, USD per token), or ``None``; the response
+            side adds ``cost`` to usage from them (``usage.usage_rules``).
     """
 
     rules: ProviderRules
@@ -56,6 +60,7 @@ class Route:
     eligible: tuple[str, ...] = ()
     adaptive: bool = False
     think_start: ThinkStart | None = None
+    pricing: Pricing | None = None
     replay: Replay = field(init=False)
     """The route's row of spec 000's message preparation filter: its wire API's, else its provider's."""
     controls_form: ControlsForm = field(init=False)
@@ -143,23 +148,25 @@ def route_request(
 
     Raises:
         ApiError: 400 ``invalid_request`` on ``model`` when it is not a string; 400 ``invalid_request`` on
-            ``reasoning.effort`` when no endpoint accepts the effort; 503 ``provider_unavailable`` when strict
-            matching leaves no endpoint.
+            ``provider.max_price`` (or its ``prompt`` or ``completion``) when it is not a price (``max_price``);
+            400 ``invalid_request`` on ``reasoning.effort`` when no endpoint accepts the effort; 503
+            ``provider_unavailable`` when strict matching or ``provider.max_price`` leaves no endpoint.
     """
     model_id = data.get("model")
     if not isinstance(model_id, str):
         raise invalid_request("model must be a string naming a catalog model.", "model")
     model = catalog.model(model_id)
     changed = False
+    routing = data.get("provider")
+    ceilings = max_price(routing)
     if model is None:
         route = fixed_route(catalog.providers[0])
     else:
-        routing = data.get("provider")
         strict = isinstance(routing, dict) and routing.get("require_parameters") is True
         if nearest_accepted_effort(data, controls, model, require_parameters=strict):
             changed = True
             controls, _ = fold_controls(data)
-        eligible = eligible_endpoints(model, controls, require_parameters=strict)
+        eligible = eligible_endpoints(model, controls, require_parameters=strict, max_price=ceilings)
         endpoint = choose_endpoint(eligible, session_id(headers, data))
         if apply_reasoning_mode(data, controls, model, endpoint):
             changed = True
@@ -175,6 +182,7 @@ def route_request(
             eligible=tuple(e.tag for e in eligible),
             adaptive=model.adaptive_thinking,
             think_start=model.think_start,
+            pricing=endpoint.pricing,
         )
         if endpoint.model is not None and endpoint.model != model_id:
             data["model"] = endpoint.model
@@ -216,6 +224,115 @@ def _effort_failure(endpoint: Endpoint, effort: object, strict: bool) -> str | N
     if levels is None:
         return None if not strict else f"effort {_quote(effort)} in supported_efforts"
     return None if effort in levels else f"effort {_quote(effort)} in supported_efforts"
+
+
+@dataclass(frozen=True, slots=True)
+class MaxPrice:
+    """A request's ``provider.max_price`` ceilings, in USD per million tokens (OpenRouter's provider routing
+    unit); ``None`` where the request sets none.
+
+    Attributes:
+        prompt: the most a prompt token may cost, per million.
+        completion: the most a completion token may cost, per million; it also caps an endpoint's separate
+            reasoning price (spec 004 "Output limits and billing": "a provider.max_price.completion ceiling
+            also applies to it").
+    """
+
+    prompt: Decimal | None = None
+    completion: Decimal | None = None
+
+
+PER_MILLION = Decimal(1_000_000)
+
+
+def _ceiling(value: object, param: str) -> Decimal:
+    """One ceiling of ``provider.max_price``: a non-negative finite JSON number, or such a number as a string
+    (OpenRouter's SDKs send strings)."""
+    number: Decimal | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = Decimal(value)
+    elif isinstance(value, float) and math.isfinite(value):
+        number = Decimal(repr(value))
+    elif isinstance(value, str):
+        try:
+            number = Decimal(value.strip())
+        except InvalidOperation:
+            number = None
+    if number is None or not number.is_finite() or number < 0:
+        raise invalid_request(
+            f"{param} must be a non-negative number of USD per million tokens (or that number as a string), "
+            f"not {_quote(value)}.",
+            param,
+        )
+    return number
+
+
+def max_price(routing: object) -> MaxPrice | None:
+    """The ``provider.max_price`` ceilings of a request whose ``provider`` field is ``routing``.
+
+    Keys other than ``prompt`` and ``completion`` (OpenRouter's ``request``, ``image``, ``audio``) are not
+    catalog facts: they pass to providers that read routing fields and narrow nothing here. ``null`` values
+    count as absent.
+
+    Returns:
+        The ceilings, or ``None`` when the request sets neither.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` on ``provider.max_price`` when it is not an object, or on
+            ``provider.max_price.prompt`` / ``.completion`` when one is not a non-negative number (or numeric
+            string).
+    """
+    if not isinstance(routing, dict):
+        return None
+    value = routing.get("max_price")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise invalid_request(
+            'provider.max_price must be an object of USD prices per million tokens, such as {"prompt": 1, '
+            f'"completion": 4}}, not {_quote(value)}.',
+            "provider.max_price",
+        )
+    prompt, completion = value.get("prompt"), value.get("completion")
+    if prompt is None and completion is None:
+        return None
+    return MaxPrice(
+        None if prompt is None else _ceiling(prompt, "provider.max_price.prompt"),
+        None if completion is None else _ceiling(completion, "provider.max_price.completion"),
+    )
+
+
+def _plain(number: Decimal) -> str:
+    """A decimal without exponent or trailing zeros (``3``, ``0.25``)."""
+    text = format(number, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _price_failures(endpoint: Endpoint, ceilings: MaxPrice, strict: bool) -> list[str]:
+    """The ``provider.max_price`` ceilings ``endpoint``'s prices break, as phrases after "needs". A price the
+    catalog does not give breaks none, unless ``strict`` (spec 004 "Model capabilities": missing facts exclude
+    only with strict matching); an endpoint without a separate reasoning price charges the completion price."""
+    failures: list[str] = []
+    pricing = endpoint.pricing or Pricing()
+    checks: list[tuple[str, Decimal | None, float | None]] = [
+        ("prompt", ceilings.prompt, pricing.prompt),
+        ("completion", ceilings.completion, pricing.completion),
+    ]
+    if pricing.reasoning is not None:
+        checks.append(("reasoning", ceilings.completion, pricing.reasoning))
+    for label, ceiling, price in checks:
+        if ceiling is None:
+            continue
+        if price is None:
+            if strict:
+                failures.append(f"a published {label} price (provider.require_parameters with provider.max_price)")
+            continue
+        per_million = Decimal(repr(price)) * PER_MILLION
+        if per_million > ceiling:
+            failures.append(
+                f"a {label} price of at most {_plain(ceiling)} USD per million tokens (it has {_plain(per_million)})"
+            )
+    return failures
 
 
 def _strict_failures(endpoint: Endpoint, controls: ReasoningControls, max_tokens_requested: bool) -> list[str]:
@@ -268,6 +385,7 @@ def eligible_endpoints(
     *,
     require_parameters: bool,
     max_tokens_requested: bool = False,
+    max_price: MaxPrice | None = None,
 ) -> list[Endpoint]:
     """The endpoints of ``model`` that may serve a request with ``controls``, in catalog order.
 
@@ -281,6 +399,10 @@ def eligible_endpoints(
             other than ``reasoning.max_tokens`` (which ``controls.max_tokens`` already covers); the
             ``supports_max_tokens`` row then applies too. The top-level ``max_tokens`` output limit is not a
             reasoning control and never narrows routing.
+        max_price: the request's ``provider.max_price`` ceilings (``max_price``): an endpoint whose prompt price,
+            completion price or separate reasoning price is over its ceiling is not eligible (spec 004 "Output
+            limits and billing"; the completion ceiling caps the reasoning price too); with
+            ``require_parameters``, neither is one that does not publish a price a ceiling applies to.
 
     Returns:
         A non-empty list of endpoints.
@@ -288,8 +410,8 @@ def eligible_endpoints(
     Raises:
         ApiError: 400 ``invalid_request`` on ``reasoning.effort`` when no endpoint accepts the effort (with
             strict matching: when every endpoint fails the effort row); 503 ``provider_unavailable`` with
-            ``param`` null when strict matching leaves no endpoint for another reason, or the model has no
-            endpoint.
+            ``param`` null when strict matching or ``max_price`` leaves no endpoint for another reason, or the
+            model has no endpoint.
     """
     if not model.endpoints:
         raise provider_unavailable(
@@ -300,6 +422,7 @@ def eligible_endpoints(
     effort = None if controls.enabled is False and controls.effort != "none" else controls.effort
     eligible: list[Endpoint] = []
     effort_failures = 0
+    controls_failed = priced_out = False
     reasons: list[str] = []
     for endpoint in model.endpoints:
         needs: list[str] = []
@@ -310,6 +433,11 @@ def eligible_endpoints(
                 needs.append(failure)
         if require_parameters:
             needs.extend(_strict_failures(endpoint, controls, max_tokens_requested))
+        controls_failed = controls_failed or bool(needs)
+        if max_price is not None:
+            price_failures = _price_failures(endpoint, max_price, require_parameters)
+            priced_out = priced_out or bool(price_failures)
+            needs.extend(price_failures)
         if needs:
             reasons.append(f'endpoint "{endpoint.tag}" needs ' + " and ".join(needs))
         else:
@@ -318,6 +446,17 @@ def eligible_endpoints(
         return eligible
     if effort is not None and effort_failures == len(model.endpoints):
         raise _effort_error(model, effort)
+    if priced_out and not controls_failed:
+        raise provider_unavailable(
+            f'No endpoint of model "{model.id}" is within provider.max_price ({"; ".join(reasons)}); '
+            "raise or remove provider.max_price."
+        )
+    if priced_out:
+        raise provider_unavailable(
+            f'No endpoint of model "{model.id}" declares the requested reasoning controls within '
+            f"provider.max_price ({'; '.join(reasons)}); remove those controls, set provider.require_parameters "
+            "to false, or raise provider.max_price."
+        )
     raise provider_unavailable(
         f'No endpoint of model "{model.id}" declares the requested reasoning controls ({"; ".join(reasons)}); '
         "remove those controls or set provider.require_parameters to false.",

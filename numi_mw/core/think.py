@@ -692,9 +692,18 @@ def _put(out: list[Piece], kind: Kind, text: str) -> None:
 
 
 MAX_ECHO_CHARS = 65536
-"""The most field reasoning (characters) ``ReasoningEcho`` keeps that no tagged text has matched yet. Past it with
-no tagged text held, the phase has no echo: the field reasoning is forgotten and the phase's tagged reasoning goes
-out as it comes, so a long reasoning phase keeps bounded memory (``docs/streaming.md``, "Memory")."""
+"""In a stream, the most characters ``ReasoningEcho`` keeps of each of: field reasoning that no tagged text has
+matched yet, and tagged text held (``docs/streaming.md``, "Streams" and "From reasoning fields to tags").
+
+- Field reasoning past it: the phase has no echo. The field reasoning is forgotten; text held goes out before the
+  next tagged text (or at the end of the phase), and the phase's tagged reasoning goes out as it comes.
+- Held text past it that has matched the field reasoning: what it matched is the echo and is dropped (64 Ki
+  characters the same are no coincidence), and the comparison goes on from there; what is held after it that
+  matches is dropped at the end of the phase too, even when shorter than the field reasoning.
+- Held whitespace that nothing has compared yet (before any tagged text, or after the match) past it: no echo; it
+  goes out, and the rest of the phase's tagged reasoning as it comes.
+
+So a long reasoning phase keeps bounded memory, and a long echo is still dropped."""
 
 
 class ReasoningEcho:
@@ -715,18 +724,22 @@ class ReasoningEcho:
       of the phase's tagged reasoning, as it comes.
     - At the end of the phase held text equal to the field reasoning, ignoring surrounding whitespace, is dropped
       (an echo); other held text goes out. The phase's field reasoning is then forgotten.
-    - In a stream, field reasoning that runs ``MAX_ECHO_CHARS`` ahead of any tagged text is forgotten, and the
-      phase's tagged reasoning then goes out as it comes: an echo follows its field reasoning closely (llama.cpp
-      sends both in one chunk), and a phase of field reasoning alone keeps bounded memory.
+    - In a stream, field reasoning that runs ``MAX_ECHO_CHARS`` ahead of the tagged text is forgotten, and the
+      phase's tagged reasoning then goes out as it comes (held text first): an echo follows its field reasoning
+      closely (llama.cpp sends both in one chunk), and a phase of field reasoning alone keeps bounded memory.
+      Held text past ``MAX_ECHO_CHARS`` characters is the echo as far as it matched, and is dropped; see
+      ``MAX_ECHO_CHARS`` for whitespace.
 
     Attributes:
         active: field reasoning came in the current phase (``filter`` returns its pieces unchanged otherwise).
     """
 
     __slots__ = (
+        "_echoed",
         "_f",
         "_fs",
         "_held",
+        "_held_len",
         "_limit",
         "_m",
         "_parts",
@@ -749,6 +762,8 @@ class ReasoningEcho:
         self._fs = False  # the field reasoning had a character that is not whitespace
         self._m = 0  # the end of the match of the held text in ``_f``
         self._held: list[str] = []  # the tagged reasoning held, as it came
+        self._held_len = 0  # its length in characters
+        self._echoed = False  # held text past ``MAX_ECHO_CHARS`` was taken as the echo (``_bound``)
         self._started = False  # the held text had a character that is not whitespace
         self._tail = ""  # the held text's trailing whitespace, not compared yet
         self._passing = False  # the phase's tagged reasoning differed: it goes out as it comes
@@ -761,9 +776,10 @@ class ReasoningEcho:
             self._parts.append(text)
             self._parts_len += len(text)
             limit = self._limit
-            if limit is not None and not self._held and self._parts_len + len(self._f) - self._m > limit:
+            if limit is not None and self._parts_len + len(self._f) - self._m > limit:
                 # no tagged echo has followed this much field reasoning: the phase has none, and memory stays
-                # bounded (a late echo would go out as it came, as any tagged text that differs)
+                # bounded (a late echo would go out as it came, as any tagged text that differs); text held goes
+                # out before the next tagged text, or at the end of the phase
                 self._passing = True
                 self._parts = []
                 self._parts_len = 0
@@ -794,8 +810,46 @@ class ReasoningEcho:
     def _tagged(self, text: str) -> str:
         """Take tagged reasoning ``text``; return what goes out now."""
         if self._passing:
+            if self._held:  # held before the field reasoning was forgotten: it goes out first, as it came
+                text = "".join(self._held) + text
+                self._held = []
+                self._held_len = 0
             return text
         self._held.append(text)
+        self._held_len += len(text)
+        out = self._compare(text)
+        if out or self._limit is None or self._held_len <= self._limit:
+            return out
+        return self._bound(self._limit)
+
+    def _bound(self, limit: int) -> str:
+        """Held text past ``limit`` characters (``MAX_ECHO_CHARS``): what it matched of the field reasoning is the
+        echo and is dropped, and the comparison goes on from there; held whitespace not compared yet (before any
+        text, or after the match) past ``limit`` is no echo and goes out with the rest of the phase (``_diverge``).
+        Returns what goes out now."""
+        tail = self._tail if self._started else "".join(self._held)
+        if len(tail) > limit:
+            return self._diverge()
+        self._echoed = True
+        self._held = [tail] if tail else []
+        self._held_len = len(tail)
+        return ""
+
+    def _diverge(self) -> str:
+        """The held text differs from the field reasoning: all of it goes out now, and the rest of the phase's
+        tagged reasoning as it comes."""
+        self._passing = True
+        held = "".join(self._held)
+        self._held = []
+        self._held_len = 0
+        self._parts = []
+        self._parts_len = 0
+        self._f = ""
+        self._tail = ""
+        return held
+
+    def _compare(self, text: str) -> str:
+        """Compare tagged reasoning ``text``, already held, with the field reasoning; return what goes out now."""
         if not self._started:
             text = text.lstrip(_WHITESPACE)
             if not text:
@@ -809,13 +863,7 @@ class ReasoningEcho:
         if len(self._f) - self._m < len(need) and self._parts:
             self._join()
         if not self._f.startswith(need, self._m):
-            self._passing = True
-            held = "".join(self._held)
-            self._held = []
-            self._parts = []
-            self._parts_len = 0
-            self._f = ""
-            return held
+            return self._diverge()
         self._m += len(need)
         self._tail = text[len(core) :]
         return ""
@@ -836,7 +884,7 @@ class ReasoningEcho:
             return
         if self._held:
             rest = self._f[self._m :].strip(_WHITESPACE) or any(p.strip(_WHITESPACE) for p in self._parts)
-            if rest:  # shorter than the field reasoning: not an echo
+            if (rest and not self._echoed) or self._passing:  # shorter than the field reasoning: not an echo
                 _put(out, _REASONING, "".join(self._held))
         self._reset()
 

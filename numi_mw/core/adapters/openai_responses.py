@@ -33,7 +33,7 @@ details without an ``id`` (a buffered answer's, OpenRouter's) are whole parts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -763,6 +763,60 @@ def completion(native: Any, answer: Answer) -> dict[str, Any]:
     return chat_completion(native, answer, message, _finish_reason(native, bool(calls)), usage(native.get("usage")))
 
 
+MAX_PART_RUNS: Final = 16
+"""Of each kind of part of one output item (summary, reasoning text, content, refusal), how many runs of
+consecutive part indexes with deltas a stream translator remembers (``_Parts``). Parts stream in order, so a run
+per kind is the rule (a million parts of one item are one run); past 16 runs, the lowest is forgotten and the
+``.done`` text of its parts, in the item's ``response.output_item.done``, goes out again (nothing is lost;
+``docs/streaming.md``, "Streams"). The same bound holds part indexes that are no integers, the last 16 kept."""
+
+
+class _Parts:
+    """The parts of one output item that had deltas (or whose ``.done`` text went out), as ``(kind, index)`` keys:
+    integer indexes as runs ``[start, end)`` per kind, other keys by recency, each bounded by ``MAX_PART_RUNS``."""
+
+    __slots__ = ("_other", "_runs")
+
+    def __init__(self) -> None:
+        self._runs: dict[str, list[list[int]]] = {}  # kind -> runs, sorted, disjoint and not touching
+        self._other: dict[tuple[str, Any], None] = {}  # keys with an index that is no integer, oldest first
+
+    def __contains__(self, key: tuple[str, Any]) -> bool:
+        kind, index = key
+        if type(index) is not int:
+            return key in self._other
+        return any(start <= index < end for start, end in self._runs.get(kind, ()))
+
+    def add(self, key: tuple[str, Any]) -> None:
+        """Remember ``key``; past ``MAX_PART_RUNS`` the lowest run of its kind (or the oldest other key) is
+        forgotten."""
+        kind, index = key
+        if type(index) is not int:
+            self._other[key] = None
+            if len(self._other) > MAX_PART_RUNS:
+                del self._other[next(iter(self._other))]
+            return
+        runs = self._runs.setdefault(kind, [])
+        if runs and runs[-1][1] == index:  # the common case: the next part in order
+            runs[-1][1] = index + 1
+            return
+        at = 0
+        while at < len(runs) and runs[at][1] < index:
+            at += 1
+        if at < len(runs) and runs[at][0] <= index < runs[at][1]:
+            return
+        if at < len(runs) and runs[at][1] == index:  # it extends a run, which may now touch the next one
+            runs[at][1] = index + 1
+            if at + 1 < len(runs) and runs[at + 1][0] == index + 1:
+                runs[at][1] = runs.pop(at + 1)[1]
+        elif at < len(runs) and runs[at][0] == index + 1:  # it extends the next run downward
+            runs[at][0] = index
+        else:
+            runs.insert(at, [index, index + 1])
+        if len(runs) > MAX_PART_RUNS:
+            del runs[0]
+
+
 @dataclass(slots=True)
 class _Item:
     """One output item of a stream.
@@ -774,7 +828,7 @@ class _Item:
         call: its ordinal among the function calls (``tool_calls[].index``), once announced; ``-1`` before.
         streamed: the parts that had deltas, as ``(kind, index)``: ``("summary", j)``, ``("text", j)``
             (reasoning text), ``("content", j)``, ``("refusal", j)``, ``("arguments", 0)``; their ``.done`` text
-            is then not sent again.
+            is then not sent again (``_Parts``: bounded by ``MAX_PART_RUNS``).
         encrypted: its encrypted state was sent.
         done: its ``response.output_item.done`` came.
     """
@@ -783,7 +837,7 @@ class _Item:
     id: str | None
     position: int
     call: int = -1
-    streamed: set[tuple[str, Any]] = field(default_factory=set)
+    streamed: _Parts = field(default_factory=_Parts)
     encrypted: bool = False
     done: bool = False
 
@@ -800,9 +854,9 @@ class StreamTranslator(ChunkStream):
     ``reasoning.encrypted`` entry; text as ``delta.content``, refusals as ``delta.refusal``, function calls as
     ``delta.tool_calls`` (announced at ``.added`` with ``id`` = ``call_id``, then argument deltas). A part with no
     deltas sends its ``.done`` text once (LM Studio streams no arguments; an o3 stream has its message only in
-    ``output_item.done``), never both; items the terminal response holds that never had their ``.done`` are
-    sent from it. ``response.completed`` / ``response.incomplete`` end the stream: a finish chunk with an empty
-    delta, then a usage chunk when the request asked for one and the upstream reported usage.
+    ``output_item.done``), never both (within ``MAX_PART_RUNS``); items the terminal response holds that never had
+    their ``.done`` are sent from it. ``response.completed`` / ``response.incomplete`` end the stream: a finish
+    chunk with an empty delta, then a usage chunk when the request asked for one and the upstream reported usage.
     """
 
     __slots__ = ("_by_id", "_by_index", "_calls", "_items", "_started", "_visible")
