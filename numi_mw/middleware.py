@@ -11,7 +11,6 @@ the details.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -19,7 +18,7 @@ from numi_mw.asgi import adjustments_header, check_limits, check_options, is_jso
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules, WireApi, provider_rules
-from numi_mw.core.replay import answer_states, credential_scope, missing_in_body
+from numi_mw.core.replay import StreamStates, answer_states, credential_scope, missing_in_body
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
 from numi_mw.core.response import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -63,8 +62,8 @@ class ReasoningMiddleware:
             stream ends with its error event and the rest of the app's body is dropped (``docs/security.md``).
         max_response_bytes: the most bytes of one buffered JSON answer of the app held (default 64 MiB); past it
             the client gets 502 ``upstream_unavailable`` (``docs/security.md``).
-        replay_store: keep the opaque reasoning state of the app's buffered answers and put it back on later
-            requests whose history lost it (``docs/replay-store.md``): ``None`` (off, the default), a
+        replay_store: keep the opaque reasoning state of the app's answers, buffered and streamed, and put it
+            back on later requests whose history lost it (``docs/replay-store.md``): ``None`` (off, the default), a
             ``sqlite:///PATH`` or ``redis://HOST:PORT/DB`` URL opened with the default bounds, or a ``ReplayStore``
             (``numi_mw.replay_store.open_replay_store`` with its own time to live, size bound and key). The count
             of turns restored goes in the ``x-numi-mw-restored`` response header.
@@ -160,17 +159,26 @@ class ReasoningMiddleware:
 
 
 class _Remember:
-    """Keep the opaque state of a buffered chat completion's choices in the replay store, under the request's
-    credential scope (``replay.answer_states``)."""
+    """Keep the opaque state of a chat completion's choices in the replay store, under the request's credential
+    scope: of a buffered answer (``replay.answer_states``), or of a stream fed as it goes to the client
+    (``replay.StreamStates``), kept before its last message goes out."""
 
-    __slots__ = ("replay", "tenant")
+    __slots__ = ("replay", "stream", "tenant")
 
     def __init__(self, replay: ReplayStore, tenant: str) -> None:
         self.replay = replay
         self.tenant = tenant
+        self.stream = StreamStates()
 
     async def __call__(self, body: bytes) -> None:
-        for key, value in answer_states(body):
+        await self._keep(answer_states(body))
+
+    async def stream_ended(self) -> None:
+        """Keep what the stream's bytes (``stream.feed``) carried; called before its last message goes out."""
+        await self._keep(self.stream.states())
+
+    async def _keep(self, states: list[tuple[str, bytes]]) -> None:
+        for key, value in states:
             await self.replay.remember(self.tenant, key, value)
 
 
@@ -226,7 +234,8 @@ class _NormalizingSend:
     """The wrapped app's ``send``: its response through the rewriter ``choose_rewriter`` picks at the start (an
     SSE stream event by event, a JSON body whole), or untouched when it picks none. ``extra`` headers (the
     ``x-numi-mw-adjustments`` and ``x-numi-mw-restored`` ones, or none) go on the response start; ``remember``,
-    with a replay store, is given a successful JSON body before it goes on. Past a bound of the rewriter (its ``feed``
+    with a replay store, is given a successful JSON body before it goes on, and a successful stream as it goes
+    (kept before its last message). Past a bound of the rewriter (its ``feed``
     raises ``ApiError``) a stream ends with its error event, a JSON body becomes the error response, and the rest
     of the app's body is dropped."""
 
@@ -237,7 +246,7 @@ class _NormalizingSend:
         options: ResponseOptions,
         send: Send,
         extra: list[tuple[bytes, bytes]] | None = None,
-        remember: Callable[[bytes], Awaitable[None]] | None = None,
+        remember: _Remember | None = None,
     ) -> None:
         self.options = options
         self.remember = remember
@@ -278,6 +287,11 @@ class _NormalizingSend:
                     out += rewriter.finish()
             except ApiError as error:  # past the rewriter's bound
                 out, more, self.ended = rewriter.fail(error), False, True
+            remember = self.remember
+            if remember is not None:
+                remember.stream.feed(out)
+                if not more and 200 <= self.start["status"] < 300:
+                    await remember.stream_ended()
             if out or not more:
                 await self.send({"type": "http.response.body", "body": out, "more_body": more})
         else:

@@ -207,3 +207,107 @@ async def test_the_middleware_with_a_store_that_is_down_passes_the_turn_as_sent(
         response = await http.post("/v1/chat/completions", json=body)
     assert response.status_code == 200 and "x-numi-mw-restored" not in response.headers
     assert json.loads(received[-1]) == body
+
+
+STREAMED = "anthropic-messages/anthropic-haiku-4.5-thinking-then-tool-use.sse"
+"""A recorded Anthropic Messages stream: a signed thinking block, then a tool call."""
+
+TOOLS = [{"type": "function", "function": {"name": "fixed_version", "parameters": {"type": "object"}}}]
+
+
+def recorded_thinking(shared: Path, name: str) -> dict[str, Any]:
+    """The thinking block a recorded Anthropic stream carries, read from its events alone: its text and signature
+    deltas joined (Anthropic's Messages streaming reference, "Thinking deltas")."""
+    thinking = signature = ""
+    for line in (shared / "fixtures" / name).read_text().splitlines():
+        if not line.startswith("data:"):
+            continue
+        event = json.loads(line[5:])
+        delta = event.get("delta", {})
+        if event.get("type") == "content_block_delta" and delta.get("type") == "thinking_delta":
+            thinking += delta["thinking"]
+        elif event.get("type") == "content_block_delta" and delta.get("type") == "signature_delta":
+            signature += delta["signature"]
+    return {"type": "thinking", "thinking": thinking, "signature": signature}
+
+
+def streamed_turn(client: openai.OpenAI, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """One streamed turn through the real SDK: the tool calls as the client keeps them (id, type, function name and
+    arguments; no reasoning details), and the ``x-numi-mw-restored`` header."""
+    raw = client.chat.completions.with_raw_response.create(
+        model="claude-haiku-4-5",
+        messages=messages,  # type: ignore[arg-type]
+        tools=TOOLS,  # type: ignore[list-item]
+        stream=True,
+        extra_headers={"x-replay-fixture": STREAMED},
+    )
+    calls: dict[int, dict[str, Any]] = {}
+    for chunk in raw.parse():
+        for call in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            entry = calls.setdefault(call.index, {"type": "function", "function": {"name": "", "arguments": ""}})
+            if call.id:
+                entry["id"] = call.id
+            if call.function and call.function.name:
+                entry["function"]["name"] = call.function.name
+            if call.function and call.function.arguments:
+                entry["function"]["arguments"] += call.function.arguments
+    return [calls[i] for i in sorted(calls)], raw.headers.get("x-numi-mw-restored")
+
+
+def test_a_streamed_anthropic_turn_comes_back_with_its_signed_thinking_block(
+    shared_dir: Path, upstream: ReplayUpstream, store_url: str
+) -> None:
+    options = ("--provider", "anthropic", "--wire-api", "anthropic-messages", "--replay-store", store_url)
+    question = {"role": "user", "content": "Which version? Then a joke."}
+    with sidecar(upstream.base_url, *options) as base_url:
+        client = sdk(base_url)
+        calls, restored = streamed_turn(client, [question])
+        assert restored is None
+        assert [call["id"] for call in calls] == ["toolu_01825dXWLSoJwCst1qTsiWdb"]
+        assistant = {"role": "assistant", "content": None, "tool_calls": calls}  # reasoning_details dropped
+        result = {"role": "tool", "tool_call_id": calls[0]["id"], "content": "1.2.3"}
+        _, restored = streamed_turn(client, [question, assistant, result])
+    assert restored == "1"
+    sent = json.loads(upstream.received[-1].body)
+    assert upstream.received[-1].path == "/v1/messages"
+    assert sent["messages"][1]["content"][0] == recorded_thinking(shared_dir, STREAMED)
+    assert sent["messages"][1]["content"][1]["type"] == "tool_use"
+
+
+async def test_the_middleware_keeps_a_streamed_answer(shared_dir: Path, tmp_path: Path) -> None:
+    stream = (
+        shared_dir / "fixtures" / "openai-chat" / "openrouter-claude-sonnet-4.5-reasoning-details.sse"
+    ).read_bytes()
+    received: list[bytes] = []
+
+    async def chat(request: Request) -> Response:
+        received.append(await request.body())
+        return Response(stream, media_type="text/event-stream")
+
+    app = ReasoningMiddleware(
+        Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]),
+        provider="openrouter",
+        replay_store=f"sqlite:///{tmp_path}/replay.db",
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://app/v1") as http:
+        client = openai.AsyncOpenAI(base_url="http://app/v1", api_key="sk-a", http_client=http, max_retries=0)
+        content = ""
+        details: list[dict[str, Any]] = []
+        async for chunk in await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        ):
+            if chunk.choices:
+                content += chunk.choices[0].delta.content or ""
+                details += (chunk.choices[0].delta.model_extra or {}).get("reasoning_details") or []
+        second = await client.chat.completions.with_raw_response.create(
+            model="m",
+            messages=[
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": "Again"},
+            ],
+        )
+    assert second.headers["x-numi-mw-restored"] == "1"
+    sent = json.loads(received[-1])["messages"][1]["reasoning_details"]
+    signatures = [d["signature"] for d in details if d.get("signature")]
+    assert signatures and [d.get("signature") for d in sent if d.get("signature")] == signatures

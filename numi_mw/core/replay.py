@@ -28,6 +28,8 @@ from typing import Any, Final
 import msgspec
 
 from numi_mw.core import codec
+from numi_mw.core.accumulate import Accumulator
+from numi_mw.core.errors import ApiError
 from numi_mw.core.fields import HELD_FIELD, THINKING_BLOCKS
 
 ANONYMOUS_SCOPE: Final = "anonymous"
@@ -185,6 +187,52 @@ def answer_states(body: bytes) -> list[tuple[str, bytes]]:
         if key is not None:
             out.append((key, raw))
     return out
+
+
+class StreamStates:
+    """The opaque state of a streamed chat completion, collected from the stream as the client receives it (what a
+    shell with a replay store keeps, as ``answer_states`` gives it for a buffered answer).
+
+    Fed the stream's bytes as they go to the client (``feed``: an SSE stream numi_mw already normalized, split
+    anywhere), it gives at the end (``states``) ``(turn key, value)`` for each choice whose assistant message
+    carries opaque state: the ``reasoning_details`` rebuilt by spec 004 "From a stream" (``Accumulator`` with
+    ``normalize=False``), as JSON bytes, signatures and encrypted data as they came, keyed as the client sends
+    the turn back (``turn_key``). A stream it cannot read (an event over the accumulator's bounds, one that is not
+    JSON) gives nothing: the answer still goes to the client as it is, it is only not kept.
+    """
+
+    __slots__ = ("_accumulator", "_failed")
+
+    def __init__(self) -> None:
+        self._accumulator = Accumulator(normalize=False)
+        self._failed = False
+
+    def feed(self, data: bytes) -> None:
+        """Take the next bytes of the stream (any split)."""
+        if self._failed:
+            return
+        try:
+            self._accumulator.feed_sse(data)
+        except ApiError:
+            self._failed = True
+
+    def states(self) -> list[tuple[str, bytes]]:
+        """``(turn key, value)`` for each choice with opaque state, in choice order; call once the stream has
+        ended (or its ``[DONE]`` has been fed)."""
+        if self._failed:
+            return []
+        try:
+            self._accumulator.finish()
+        except ApiError:
+            return []
+        out: list[tuple[str, bytes]] = []
+        for index in sorted(self._accumulator.choices):
+            message = self._accumulator.choices[index].message()
+            value = opaque_state(message)
+            key = turn_key(message) if value is not None else None
+            if key is not None and value is not None:
+                out.append((key, value))
+        return out
 
 
 def missing(messages: object) -> list[str]:

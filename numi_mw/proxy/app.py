@@ -47,7 +47,7 @@ from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_li
 from numi_mw.core.codec import encode
 from numi_mw.core.errors import ApiError, model_not_found
 from numi_mw.core.providers import WireApi, infer_provider, provider_rules
-from numi_mw.core.replay import answer_states, credential_scope, missing_in_body
+from numi_mw.core.replay import StreamStates, answer_states, credential_scope, missing_in_body
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
 from numi_mw.core.response import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -384,16 +384,33 @@ class _Sidecar:
 
 
 def _remember_stream(replay: ReplayStore | None, scope: str, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The one place where a streamed answer's opaque state will be kept: the client's stream as it goes, with a
-    replay store and a credential scope.
+    """The client's stream, with a replay store: as it goes, each chunk feeds a ``replay.StreamStates``, and the
+    opaque state of its choices is kept before the chunk that ends the stream (``data: [DONE]``) goes out, so that
+    the client's next turn finds it (as ``_Sidecar._remember`` keeps a buffered answer's before it goes out). A
+    stream that ends without ``[DONE]`` (an upstream break) is kept when it ends."""
+    if replay is None:
+        return chunks
+    return _kept_stream(replay, scope, chunks)
 
-    For now a no-op that returns ``chunks`` as they are: a streamed turn is not stored yet. It awaits the core's
-    stream accumulator (``numi_mw.core.accumulate``), which will be fed each chunk the client receives and, at the
-    end of the stream, give the assistant message whose ``replay.opaque_state`` is kept under its
-    ``replay.turn_key`` (as ``_Sidecar._remember`` does for a buffered answer).
-    """
-    del replay, scope
-    return chunks
+
+async def _kept_stream(replay: ReplayStore, scope: str, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    states = StreamStates()
+    kept = False
+    async for chunk in chunks:
+        if not kept:
+            states.feed(chunk)
+            if _DONE in chunk:
+                kept = True
+                for key, value in states.states():
+                    await replay.remember(scope, key, value)
+        yield chunk
+    if not kept:
+        for key, value in states.states():
+            await replay.remember(scope, key, value)
+
+
+_DONE = b"data: [DONE]"
+"""The event that ends a chat completions stream numi_mw writes."""
 
 
 class _ClientWatch:
