@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import time
+import unicodedata
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import httpx
 from numi_mw.asgi import Headers, connection_tokens, with_length, without_headers
 from numi_mw.core.adapters import WireAdapter
 from numi_mw.core.catalog import Catalog
-from numi_mw.core.errors import ApiError, bad_path, upstream_timeout, upstream_unavailable
+from numi_mw.core.errors import ApiError, bad_path, unreadable_path, upstream_timeout, upstream_unavailable
 from numi_mw.core.request import PreparedRequest
 from numi_mw.core.response import (
     DEFAULT_BOUNDS,
@@ -136,10 +137,14 @@ def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
     after it.
 
     Raises:
-        ApiError: 400 ``invalid_request`` for a path with a dot segment in any form ``has_dot_segment`` finds,
-            which could climb out of the base URL's path.
+        ApiError: 400 ``invalid_request`` for a path that is not UTF-8 once percent-decoded
+            (``readable_path``), or has a dot segment in any form ``has_dot_segment`` finds, either of which could
+            climb out of the base URL's path.
     """
-    if has_dot_segment(raw_path):
+    text = readable_path(raw_path)
+    if text is None:
+        raise unreadable_path()
+    if has_dot_segment(text):
         raise bad_path()
     if raw_path == b"/v1" or raw_path.startswith(b"/v1/"):
         raw_path = raw_path[3:]
@@ -149,18 +154,45 @@ def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
     return base.copy_with(raw_path=path.rstrip(b"/") + raw_path + (b"?" + merged if merged else b""))
 
 
-_SEPARATORS = re.compile(rb"[/\\]")
+_IIS_ESCAPE = re.compile(rb"%[uU]([0-9A-Fa-f]{4})")
+_SEPARATORS = re.compile(r"[/\\]")
+_PADDING = re.compile(r"^[\s\x00-\x1f\x7f]+|[\s\x00-\x1f\x7f]+$")
 
 
-def has_dot_segment(raw_path: bytes) -> bool:
-    """Whether ``raw_path`` (as sent, percent-encoded) has a ``.`` or ``..`` segment as a server behind the
-    upstream URL may read it: percent-decoded once (``%2e%2e%2f`` is ``../``), split at ``/`` and at ``\\`` (a
-    separator on Windows servers, ``%5c`` encoded), each segment up to its first ``;`` (a path parameter, as in
-    ``..;jsessionid=1``). RFC 3986 section 5.2.4 removes such segments; a path numi_mw forwards keeps its bytes, so
-    it refuses them instead. A name that only holds dots (``...``, ``a..b``) or a doubly encoded one
-    (``%252e%252e``) is no dot segment."""
-    decoded = unquote_to_bytes(raw_path)
-    return any(segment.partition(b";")[0] in (b".", b"..") for segment in _SEPARATORS.split(decoded))
+def _iis_escape(match: re.Match[bytes]) -> bytes:
+    """``%uXXXX`` as the percent-encoded UTF-8 of its code point (a lone surrogate stays undecodable)."""
+    char = chr(int(match[1], 16)).encode("utf-8", "surrogatepass")
+    return b"".join(b"%%%02X" % byte for byte in char)
+
+
+def readable_path(raw_path: bytes) -> str | None:
+    """``raw_path`` (as sent, percent-encoded) as a server behind the upstream URL may read it: ``%uXXXX`` as the
+    code point (IIS's encoding), then percent-decoded once and read as UTF-8 (RFC 3986 section 2.5); ``None`` when
+    the decoded bytes are not UTF-8, as with overlong forms (``%c0%ae`` for ``.``, ``%c0%af`` for ``/``) that a
+    lenient decoder reads as dots and separators."""
+    if raw_path.isascii() and b"%" not in raw_path:
+        return raw_path.decode("ascii")
+    try:
+        return unquote_to_bytes(_IIS_ESCAPE.sub(_iis_escape, raw_path)).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def has_dot_segment(path: str) -> bool:
+    """Whether ``path`` (``readable_path``'s text) has a ``.`` or ``..`` segment as a server behind the upstream
+    URL may read it: NFKC-normalized (Unicode Standard Annex 15; full-width ``\uff0e`` is ``.``, ``\uff0f`` and
+    ``\uff3c`` are ``/`` and ``\\``, ``\u2025`` is ``..``), split at ``/`` and at ``\\`` (a separator on Windows
+    servers), each segment up to its first ``;`` (a path parameter, as in ``..;jsessionid=1``) and without the
+    whitespace, NUL and other control characters around it (``..%00``, ``..%20``). RFC 3986 section 5.2.4 removes
+    such segments; a path numi_mw forwards keeps its bytes, so it refuses them instead. A name that only holds
+    dots (``...``, ``a..b``) or a doubly encoded one (``%252e%252e``) is no dot segment."""
+    if not path.isascii():
+        path = unicodedata.normalize("NFKC", path)
+    for segment in _SEPARATORS.split(path):
+        name = segment.partition(";")[0]
+        if "." in name and _PADDING.sub("", name) in (".", ".."):
+            return True
+    return False
 
 
 def upstream_headers(

@@ -343,6 +343,17 @@ def bad_path_body() -> bytes:
         b"/v1/..%5Cetc",
         b"/v1/%2e%2e%5cetc",
         b"/v1/a%2f..%2fetc",
+        b"/v1/%u002e%u002e/etc",
+        b"/v1/%U002E%U002E/etc",
+        b"/v1/%ef%bc%8e%ef%bc%8e/etc",
+        b"/v1/..%ef%bc%8fetc",
+        b"/v1/..%ef%bc%bcetc",
+        b"/v1/%e2%80%a5/etc",
+        b"/v1/..%00/etc",
+        b"/v1/..%20/etc",
+        b"/v1/..%09/etc",
+        b"/v1/%20..%0d%0a/etc",
+        b"/v1/..%ef%bc%9bx/etc",
     ],
 )
 def test_every_form_of_a_dot_segment_is_refused(upstream: RawUpstream, base_url: str, path: bytes) -> None:
@@ -357,7 +368,17 @@ def test_every_form_of_a_dot_segment_is_refused(upstream: RawUpstream, base_url:
 
 
 @pytest.mark.parametrize(
-    "path", [b"/v1/a..b/c", b"/v1/.../c", b"/v1/%252e%252e/c", b"/v1/a%2Fb", b"/v1/x;y/c", b"/v1/..a/c"]
+    "path",
+    [
+        b"/v1/a..b/c",
+        b"/v1/.../c",
+        b"/v1/%252e%252e/c",
+        b"/v1/a%2Fb",
+        b"/v1/x;y/c",
+        b"/v1/..a/c",
+        b"/v1/models/caf%C3%A9",
+        b"/v1/%25u002e%25u002e/c",
+    ],
 )
 def test_names_with_dots_that_are_no_dot_segment_are_forwarded_as_sent(
     upstream: RawUpstream, base_url: str, path: bytes
@@ -365,6 +386,64 @@ def test_names_with_dots_that_are_no_dot_segment_are_forwarded_as_sent(
     upstream.reset(answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"))
     exchange(base_url, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert upstream.requests[-1].split(b"\r\n")[0] == b"GET " + path + b" HTTP/1.1"
+
+
+@pytest.mark.parametrize("method", [b"PROPFIND", b"TRACE", b"QUERY", b"MKCOL", b"LOCK"])
+def test_every_method_is_forwarded_as_sent(upstream: RawUpstream, base_url: str, method: bytes) -> None:
+    """Methods outside the usual list reach the upstream, as they would talking to it directly (RFC 9110 section
+    9.1: the method set is extensible), and the upstream's answer comes back as it came."""
+    upstream.reset(answer(b"HTTP/1.1 207 Multi-Status\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"))
+    raw = exchange(base_url, method + b" /v1/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, body = response_head(raw)
+    assert (head.split(b"\r\n")[0], body) == (b"HTTP/1.1 207 Multi-Status", b"ok")
+    assert upstream.requests[-1] == upstream_head(upstream, b"/v1/x", method) + b"Connection: keep-alive\r\n" + NO_BODY
+
+
+@pytest.mark.parametrize("path", [b"/v1/a%0ab", b"/v1/a%0d%0ab", b"/v1/a%00b", b"/anywhere%0a"])
+def test_every_path_is_forwarded_as_sent(upstream: RawUpstream, base_url: str, path: bytes) -> None:
+    """A percent-encoded control character in a path is a name like any other: forwarded as sent, not refused by a
+    route pattern."""
+    upstream.reset(answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"))
+    raw = exchange(base_url, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert response_head(raw)[1] == b"{}"
+    forwarded = path if path.startswith(b"/v1/") else b"/v1" + path  # the base URL's path is /v1
+    assert upstream.requests[-1] == upstream_head(upstream, forwarded) + b"Connection: keep-alive\r\n" + NO_BODY
+
+
+@pytest.mark.parametrize("method", [b"POST", b"PROPFIND", b"DELETE"])
+def test_the_operations_paths_answer_other_methods_405(upstream: RawUpstream, base_url: str, method: bytes) -> None:
+    before = len(upstream.requests)
+    raw = exchange(base_url, method + b" /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, body = response_head(raw)
+    lines = head.split(b"\r\n")
+    assert (lines[0], b"allow: GET, HEAD" in lines, body) == (b"HTTP/1.1 405 Method Not Allowed", True, b"")
+    assert len(upstream.requests) == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        b"/v1/%c0%ae%c0%ae/etc",
+        b"/v1/%c0%2e%c0%2e/etc",
+        b"/v1/%e0%80%ae%e0%80%ae/etc",
+        b"/v1/..%c0%afetc",
+        b"/v1/..%c1%9cetc",
+        b"/v1/files/%ff",
+        b"/v1/files/%ud800",
+    ],
+)
+def test_a_path_that_is_not_utf8_once_decoded_is_refused(upstream: RawUpstream, base_url: str, path: bytes) -> None:
+    """Overlong UTF-8 (``%c0%ae`` for ``.``, ``%c0%af`` for ``/``) reads as a dot or a separator on servers that
+    decode it leniently; a path whose once-decoded bytes are not UTF-8 is refused, and nothing is forwarded."""
+    before = len(upstream.requests)
+    raw = exchange(base_url, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, body = response_head(raw)
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 400 Bad Request"
+    assert body == (
+        b'{"error":{"message":"The request path is not UTF-8 text once percent-decoded; encode it as UTF-8.",'
+        b'"type":"invalid_request_error","code":"invalid_request","param":null}}'
+    )
+    assert len(upstream.requests) == before
 
 
 CATALOG = """

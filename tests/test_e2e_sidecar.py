@@ -478,9 +478,9 @@ def raw_get(base_url: str, raw_path: str) -> tuple[int, bytes]:
 
 def test_paths_are_forwarded_as_sent_and_may_not_climb_out(upstream: ReplayUpstream, openrouter_sidecar: str) -> None:
     with httpx.Client(timeout=10) as http:
-        response = http.get(f"{openrouter_sidecar}/caf%C3%A9/%ff/a%2Fb")
+        response = http.get(f"{openrouter_sidecar}/caf%C3%A9/a%2Fb")
     assert response.status_code == 200
-    assert upstream.received[-1].path == "/v1/caf%C3%A9/%ff/a%2Fb"
+    assert upstream.received[-1].path == "/v1/caf%C3%A9/a%2Fb"
     before = len(upstream.received)
     for path in ("/v1/../../etc", "/v1/%2e%2e/x", "/v1/./models", "/v1/a/%2E%2E/%2E%2E/b"):
         status, body = raw_get(openrouter_sidecar, path)

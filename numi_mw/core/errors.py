@@ -134,8 +134,16 @@ def not_an_object() -> ApiError:
 
 def bad_path() -> ApiError:
     """400 ``invalid_request`` for a request path with a dot segment (``.``, ``..``, in any form
-    the shells' ``has_dot_segment`` finds: percent-encoded, ``\\`` as separator, ``;`` parameters)."""
+    the shells' ``has_dot_segment`` finds: percent-encoded, ``%uXXXX``, full-width or other compatibility forms,
+    ``\\`` as separator, ``;`` parameters, padded with whitespace or NUL)."""
     return invalid_request("The request path may not contain '.' or '..' segments.")
+
+
+def unreadable_path() -> ApiError:
+    """400 ``invalid_request`` for a request path whose percent-decoded bytes are not UTF-8 (RFC 3986 section 2.5:
+    a URI's characters are UTF-8 encoded): overlong forms such as ``%c0%ae`` read as ``.`` on a server that decodes
+    them leniently."""
+    return invalid_request("The request path is not UTF-8 text once percent-decoded; encode it as UTF-8.")
 
 
 def model_not_found(model: str) -> ApiError:

@@ -26,8 +26,8 @@ from starlette.background import BackgroundTask
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route as StarletteRoute
 from starlette.types import Message, Receive, Scope, Send
+from starlette.websockets import WebSocketClose
 
 from numi_mw.asgi import (
     DEFAULT_MAX_HEADER_BYTES,
@@ -93,7 +93,6 @@ _CLIENT_DEFAULTS = ("accept", "accept-encoding", "user-agent")
 sent no ``accept`` or ``user-agent`` reaches the upstream without one, as it would directly (``accept-encoding``
 is set per request)."""
 
-_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
 _DROP_STREAMED = HOP_BY_HOP | {b"host", b"accept-encoding"}
 """What a body forwarded as it streams loses: its ``content-length`` stays (httpx then sends no chunked framing)."""
@@ -206,14 +205,18 @@ class _Sidecar:
         return _json_response(endpoints_listing(model))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer one request (the ASGI app of the sidecar's one route): from the catalog (``_listing``), or
+        """Answer one request (the ASGI app the router hands every request to): from the catalog (``_listing``), or
         through the upstream while ``_ClientWatch`` watches for the client to leave.
 
         From the moment the client's body has been read until the answer is sent, a client that leaves cancels
         the call at once, wherever it is (sending, reading a buffered body, relaying a stream), and the upstream
         connection is closed: the upstream stops working (and billing) for nobody. The upstream response is
-        closed on every path, shielded from that cancellation.
+        closed on every path, shielded from that cancellation. A WebSocket handshake is refused (closed with
+        1000), as Starlette's router refuses one it has no route for.
         """
+        if scope["type"] != "http":
+            await WebSocketClose()(scope, receive, send)
+            return
         request = Request(scope, receive)
         try:
             check_headers(scope["headers"], self.max_header_count, self.max_header_bytes)
@@ -648,9 +651,10 @@ def create_app(
         replay=replay,
     )
     app = Starlette(
-        routes=[StarletteRoute("/{path:path}", sidecar, methods=_METHODS)],
         middleware=[Middleware(Operations, sidecar=sidecar, prefix=ops_prefix, metrics=metrics)],
         lifespan=sidecar.lifespan,
     )
+    # no routes: every method and every path (a route pattern refuses a path holding %0a) reaches the sidecar
+    app.router.default = sidecar
     app.state.sidecar = sidecar
     return app
