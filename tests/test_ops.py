@@ -277,6 +277,34 @@ def test_one_access_line_per_request_with_sizes_timings_and_route(caplog: pytest
     assert (parsed["level"], parsed["logger"]) == ("info", "numi_mw.access")
 
 
+def test_a_text_access_line_escapes_what_could_forge_a_line_or_a_field(caplog: pytest.LogCaptureFixture) -> None:
+    """The path is logged percent-decoded: a ``%0a`` in it would start a forged line, a ``%20`` a forged field.
+    In text, control characters, backslashes and spaces of a value are escaped; JSON escapes them itself."""
+    caplog.set_level(logging.INFO, logger="numi_mw")
+    with client_for(answering()) as client:
+        client.get("/v1/x%0a2026-12-01%20INFO%20numi_mw.access:%20method=GET%5cpath=/forged%20status=200%1b[0m")
+    [record] = [r for r in caplog.records if r.name == "numi_mw.access"]
+    line = TextFormatter().format(record)
+    assert line.count("\n") == 0
+    message = line.partition(" INFO numi_mw.access: ")[2]
+    assert message.startswith(
+        "method=GET path=/v1/x\\x0a2026-12-01\\x20INFO\\x20numi_mw.access:\\x20method=GET\\\\path=/forged"
+        "\\x20status=200\\x1b[0m status=200 request_bytes=0 response_bytes="
+    )
+    assert json.loads(JSONFormatter().format(record))["path"] == (
+        "/v1/x\n2026-12-01 INFO numi_mw.access: method=GET\\path=/forged status=200\x1b[0m"
+    )
+
+
+def test_a_text_log_line_escapes_control_characters_and_backslashes() -> None:
+    record = logging.LogRecord(
+        "numi_mw.serve", logging.INFO, __file__, 1, "model %s", ("a\nb\\c\x1b\x85\u2028d",), None
+    )
+    line = TextFormatter().format(record)
+    assert line.partition(" INFO ")[2] == "numi_mw.serve: model a\\x0ab\\\\c\\x1b\\x85\\u2028d"
+    assert line.splitlines() == [line]
+
+
 def test_a_catalog_route_logs_its_model_and_an_upstream_failure_its_kind(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="numi_mw")
     app = create_app(catalog=load_catalog(CATALOG, "c.toml"), transport=httpx.MockTransport(refusing))

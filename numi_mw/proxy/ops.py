@@ -337,7 +337,7 @@ class Operations:
                 fields[key] = value
         if exchange.failure is not None:
             fields["upstream_error"] = f"{exchange.failure[0]}:{exchange.failure[1]}"
-        text = " ".join(f"{key}={value}" for key, value in fields.items())
+        text = " ".join(f"{key}={escape_value(str(value))}" for key, value in fields.items())
         access_log.info("%s", text, extra={"access": fields})
 
 
@@ -379,11 +379,42 @@ def withheld_exception(exc: BaseException) -> str:
     return "".join(parts)
 
 
+_LINE_ESCAPES: dict[int, str] = {
+    **{code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))},
+    0x5C: "\\\\",
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+"""What a text log line escapes: C0 and C1 control characters and DEL as ``\\xNN``, the Unicode line and paragraph
+separators as ``\\uNNNN`` (every character ``str.splitlines`` breaks at, and terminal escape sequences), and the
+backslash as ``\\\\`` so that an escape in the text cannot pass for one of these."""
+
+_VALUE_ESCAPES: dict[int, str] = {**_LINE_ESCAPES, 0x20: "\\x20"}
+
+
+def escape_line(text: str) -> str:
+    """``text`` with every character that could end a log line or fake an escape (``_LINE_ESCAPES``) escaped:
+    a logged value (a percent-decoded path, a model name) can then never start a forged line."""
+    return text.translate(_LINE_ESCAPES)
+
+
+def escape_value(text: str) -> str:
+    """``escape_line`` and the space as ``\\x20``: a ``key=value`` field of the text access line, which can then
+    never add a forged field to its line."""
+    return text.translate(_VALUE_ESCAPES)
+
+
 class TextFormatter(logging.Formatter):
-    """``TIME LEVEL LOGGER: MESSAGE``; an exception's traceback without its text (``withheld_exception``)."""
+    """``TIME LEVEL LOGGER: MESSAGE`` on one line: the message with its control characters and backslashes escaped
+    (``escape_line``; the access line escapes each value itself, spaces too, ``escape_value``); an exception's
+    traceback, on the lines after it, without its text (``withheld_exception``)."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        return line if isinstance(getattr(record, "access", None), dict) else escape_line(line)
 
     def formatException(self, ei: Any) -> str:
         return withheld_exception(ei[1]) if ei and ei[1] is not None else ""
