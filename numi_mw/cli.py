@@ -32,11 +32,8 @@ from numi_mw.core.routing import fixed_route, rules_for
 from numi_mw.core.sse import EventTooLarge, SSEDecoder
 from numi_mw.core.think import THINK_STARTS, ThinkTags
 from numi_mw.core.usage import usage_rules
-from numi_mw.proxy.ops import LOG_FORMATS, log_config
+from numi_mw.proxy.ops import LOG_FORMATS, LOG_LEVELS, log_config
 from numi_mw.replay_store import DEFAULT_MAX_VALUE_BYTES, DEFAULT_TTL
-
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-"""uvicorn's log level names, quietest first."""
 
 log = logging.getLogger("numi_mw.serve")
 
@@ -119,7 +116,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--timeout", type=_positive(float), default=600.0, help="upstream read timeout in seconds (default 600)"
     )
-    serve.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="log level (default info)")
+    serve.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info",
+        help="log level, debug at most: uvicorn's trace would log headers and queries (default info)",
+    )
     _think_arguments(serve)
     _preserve_argument(serve)
     _wire_argument(serve)

@@ -407,7 +407,9 @@ def test_serve_refuses_an_ops_prefix_under_v1(capsys: pytest.CaptureFixture[str]
     )
 
 
-@pytest.mark.parametrize(("option", "value"), [("--log-level", "loud"), ("--log-format", "xml")])
+@pytest.mark.parametrize(
+    ("option", "value"), [("--log-level", "loud"), ("--log-level", "trace"), ("--log-format", "xml")]
+)
 def test_serve_refuses_an_unknown_log_level_or_format(
     option: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -305,6 +305,15 @@ def test_a_text_log_line_escapes_control_characters_and_backslashes() -> None:
     assert line.splitlines() == [line]
 
 
+def test_log_config_refuses_trace_whose_lines_carry_headers_and_queries() -> None:
+    """uvicorn's ``trace`` level logs every ASGI message whole: the scope's headers (``Authorization``) and
+    query string (``?key=…``)."""
+    with pytest.raises(ValueError) as info:
+        log_config("trace", "text")
+    assert str(info.value) == "level must be one of critical, error, warning, info, debug, not 'trace'"
+    assert log_config("debug", "json")["loggers"]["uvicorn"]["level"] == "DEBUG"
+
+
 def test_a_catalog_route_logs_its_model_and_an_upstream_failure_its_kind(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="numi_mw")
     app = create_app(catalog=load_catalog(CATALOG, "c.toml"), transport=httpx.MockTransport(refusing))

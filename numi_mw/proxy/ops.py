@@ -44,6 +44,10 @@ time."""
 PROBE_TIMEOUT = 2.0
 """Seconds each upstream has to answer the readiness probe, connecting included."""
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+"""The log levels ``numi-mw serve`` takes, quietest first: uvicorn's names without ``trace``, whose lines carry
+every ASGI message whole (a request's headers, ``Authorization`` among them, and its query string)."""
+
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
 
@@ -447,14 +451,17 @@ class JSONFormatter(logging.Formatter):
 
 def log_config(level: str, log_format: LogFormat) -> dict[str, Any]:
     """The ``logging.config.dictConfig`` configuration ``numi-mw serve`` gives uvicorn (``log_config``): the
-    ``numi_mw`` and uvicorn loggers write to stderr at ``level`` (a uvicorn level name: ``critical``, ``error``,
-    ``warning``, ``info``, ``debug``, ``trace``) through ``TextFormatter`` or ``JSONFormatter``; uvicorn's own
-    access log is replaced by ``numi_mw.access``; ``httpx`` and ``httpcore``, which log whole upstream URLs (a
-    query can carry a key) at ``info``, log warnings only.
+    ``numi_mw`` and uvicorn loggers write to stderr at ``level`` (``LOG_LEVELS``: ``critical``, ``error``,
+    ``warning``, ``info``, ``debug``; never uvicorn's ``trace``, which logs headers and queries) through
+    ``TextFormatter`` or ``JSONFormatter``; uvicorn's own access log is replaced by ``numi_mw.access``; ``httpx``
+    and ``httpcore``, which log whole upstream URLs (a query can carry a key) at ``info``, log warnings only.
 
     Raises:
-        ValueError: ``log_format`` is not ``text`` or ``json``.
+        ValueError: ``level`` is not one of ``LOG_LEVELS`` (``trace`` included); ``log_format`` is not ``text`` or
+            ``json``.
     """
+    if level not in LOG_LEVELS:
+        raise ValueError(f"level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log_format must be one of {', '.join(LOG_FORMATS)}, not {log_format!r}")
     formatter = TextFormatter if log_format == "text" else JSONFormatter
