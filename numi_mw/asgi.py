@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from urllib.parse import urlsplit
 
 from starlette.types import Receive, Send
 
-from numi_mw.core.catalog import Catalog
+from numi_mw.core.catalog import Catalog, base_url_problem
 from numi_mw.core.errors import ApiError, header_fields_too_large, payload_too_large
 from numi_mw.core.providers import WIRE_API_NAMES
 from numi_mw.core.think import THINK_STARTS, ThinkTags
@@ -214,13 +213,17 @@ def check_options(
 
 
 def check_upstream(url: str) -> None:
-    """Check an upstream base URL when it is given.
+    """Check an upstream base URL when it is given (``core.catalog.base_url_problem``, the rule a catalog's
+    ``base_url`` follows too).
 
     Raises:
-        ValueError: ``url`` is not an ``http://`` or ``https://`` URL with a host.
+        ValueError: ``url`` is not an ``http://`` or ``https://`` URL with a host, or its port is not a number from
+            1 to 65535 (``http://h:99999/v1``, ``http://h:abc/v1``).
     """
-    parts = urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+    problem = base_url_problem(url) if isinstance(url, str) else "scheme"
+    if problem == "port":
+        raise ValueError(f"the upstream's port must be a number from 1 to 65535, not {url!r}")
+    if problem is not None:
         raise ValueError(f"the upstream must be an http:// or https:// URL with a host, not {url!r}")
 
 

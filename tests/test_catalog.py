@@ -276,6 +276,36 @@ ERRORS: list[tuple[str, str, str, str | None, str | None]] = [
         "endpoints[1].provider",
     ),
     (
+        "base URL with a port out of range",
+        BASE.replace("http://127.0.0.1:8080/v1", "http://127.0.0.1:99999/v1"),
+        'catalog.toml: providers[1] (name "local"): base_url: "http://127.0.0.1:99999/v1" has a port that is not '
+        "a number from 1 to 65535",
+        'providers[1] (name "local")',
+        "base_url",
+    ),
+    (
+        "base URL with a port that is no number",
+        BASE.replace("http://127.0.0.1:8080/v1", "http://127.0.0.1:abc/v1"),
+        'catalog.toml: providers[1] (name "local"): base_url: "http://127.0.0.1:abc/v1" has a port that is not '
+        "a number from 1 to 65535",
+        'providers[1] (name "local")',
+        "base_url",
+    ),
+    (
+        "base URL without a host",
+        BASE.replace("http://127.0.0.1:8080/v1", "http:///v1"),
+        'catalog.toml: providers[1] (name "local"): base_url: "http:///v1" has no host',
+        'providers[1] (name "local")',
+        "base_url",
+    ),
+    (
+        "base URL that is not a URL",
+        BASE.replace("http://127.0.0.1:8080/v1", "http://[::1/v1"),
+        'catalog.toml: providers[1] (name "local"): base_url: "http://[::1/v1" is not a URL',
+        'providers[1] (name "local")',
+        "base_url",
+    ),
+    (
         "base URL without http(s)",
         BASE.replace("http://127.0.0.1:8080/v1", "127.0.0.1:8080/v1"),
         'catalog.toml: providers[1] (name "local"): base_url: "127.0.0.1:8080/v1" must start with http:// or https://',

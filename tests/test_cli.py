@@ -400,6 +400,15 @@ def test_serve_refuses_an_upstream_that_is_not_an_http_url(upstream: str, capsys
     )
 
 
+@pytest.mark.parametrize("upstream", ["http://h:99999/v1", "http://h:abc/v1"])
+def test_serve_refuses_an_upstream_port_that_is_not_a_port(upstream: str) -> None:
+    result = run(["serve", "--upstream", upstream], b"")
+    assert (result.returncode, result.stderr.decode()) == (
+        2,
+        f"numi-mw serve: the upstream's port must be a number from 1 to 65535, not {upstream!r}\n",
+    )
+
+
 def test_serve_refuses_an_ops_prefix_under_v1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--upstream", "http://127.0.0.1:8000/v1", "--ops-prefix", "/v1/ops"]) == 2
     assert capsys.readouterr().err == (

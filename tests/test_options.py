@@ -91,11 +91,20 @@ def test_create_app_refuses_a_bad_option(options: dict[str, Any], message: str) 
     assert str(info.value) == message
 
 
-@pytest.mark.parametrize("upstream", ["not-a-url", "ftp://example.com/v1", "http://", "127.0.0.1:8000/v1"])
+@pytest.mark.parametrize(
+    "upstream", ["not-a-url", "ftp://example.com/v1", "http://", "127.0.0.1:8000/v1", "http:///v1", "http://[::1/v1"]
+)
 def test_create_app_refuses_an_upstream_that_is_not_an_http_url(upstream: str) -> None:
     with pytest.raises(ValueError) as info:
         create_app(upstream)
     assert str(info.value) == f"the upstream must be an http:// or https:// URL with a host, not {upstream!r}"
+
+
+@pytest.mark.parametrize("upstream", ["http://h:99999/v1", "http://h:abc/v1", "http://h:0/v1", "https://h:-1/v1"])
+def test_create_app_refuses_an_upstream_whose_port_is_not_a_port(upstream: str) -> None:
+    with pytest.raises(ValueError) as info:
+        create_app(upstream)
+    assert str(info.value) == f"the upstream's port must be a number from 1 to 65535, not {upstream!r}"
 
 
 def test_create_app_takes_an_ops_prefix_outside_v1() -> None:

@@ -22,6 +22,7 @@ import re
 import tomllib
 from decimal import Decimal
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -253,6 +254,39 @@ def _parse_toml(text: str | bytes, source: str) -> dict[str, Any]:
         raise CatalogError(source, None, None, message) from None
 
 
+BaseUrlProblem = Literal["scheme", "host", "port", "syntax"]
+
+
+def base_url_problem(url: str) -> BaseUrlProblem | None:
+    """What keeps ``url`` from being an upstream's base URL, or ``None``: ``scheme`` (not ``http://`` or
+    ``https://``), ``host`` (none), ``port`` (not a number from 1 to 65535, RFC 3986 section 3.2.3 and the TCP
+    port range), ``syntax`` (``urllib.parse.urlsplit`` cannot split it, as with an unclosed ``[`` of an IPv6
+    address). The one rule for ``--upstream`` and a catalog provider's ``base_url``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "syntax"
+    if parts.scheme not in ("http", "https"):
+        return "scheme"
+    try:
+        port = parts.port
+    except ValueError:  # out of range, or not a number
+        return "port"
+    if not parts.hostname:
+        return "host"
+    if port == 0:
+        return "port"
+    return None
+
+
+_BASE_URL_PROBLEMS: dict[BaseUrlProblem, str] = {
+    "scheme": "must start with http:// or https://",
+    "host": "has no host",
+    "port": "has a port that is not a number from 1 to 65535",
+    "syntax": "is not a URL",
+}
+
+
 def load_catalog(text: str | bytes, source: str) -> Catalog:
     """Decode and check a catalog (spec 004 "Model capabilities"; the file format is ``docs/catalog.md``).
 
@@ -269,7 +303,8 @@ def load_catalog(text: str | bytes, source: str) -> Catalog:
             names the line and column); a field has the wrong type or value or a required field is missing (the
             message names the entry and the field path); or the catalog is inconsistent: a provider name or model
             id appears twice, an endpoint names a provider the catalog lacks, a ``base_url`` does not start with
-            ``http://`` or ``https://``, a model lists no endpoints, a model lists an endpoint tag twice, or a price
+            ``http://`` or ``https://``, has no host or a port that is not a number from 1 to 65535
+            (``base_url_problem``), a model lists no endpoints, a model lists an endpoint tag twice, or a price
             is negative or not finite.
     """
     if not isinstance(source, str):
@@ -297,8 +332,9 @@ def _check(catalog: Catalog, source: str) -> None:
                 source, entry, "name", f"duplicate provider name (also providers[{first}]); give each a unique name"
             )
         seen_providers[provider.name] = i
-        if not provider.base_url.startswith(("http://", "https://")):
-            raise CatalogError(source, entry, "base_url", f'"{provider.base_url}" must start with http:// or https://')
+        problem = base_url_problem(provider.base_url)
+        if problem is not None:
+            raise CatalogError(source, entry, "base_url", f'"{provider.base_url}" {_BASE_URL_PROBLEMS[problem]}')
         if provider.rules is not None and provider.rules not in PROVIDERS:
             raise CatalogError(
                 source, entry, "rules", f'unknown rules "{provider.rules}"; use one of: {", ".join(PROVIDERS)}'
