@@ -264,7 +264,9 @@ class NormalizingTransport(httpx.AsyncBaseTransport):
     Raises:
         ValueError: ``provider`` is not a known provider name, ``wire_api`` not a known wire API, ``catalog`` not
             a ``Catalog`` or given with ``provider`` or ``wire_api``, ``transport`` not an
-            ``httpx.AsyncBaseTransport``, or another option of the wrong type or range (``asgi.check_options``).
+            ``httpx.AsyncBaseTransport``, or another option of the wrong type or range (``asgi.check_options``); a
+            catalog provider's key that is not visible ASCII once its trailing whitespace is stripped
+            (``upstream.api_keys``).
 
     A call the rules refuse (not JSON, wrong shape, over the limit) is answered with the OpenAI-style error body
     and its status, and never sent (``docs/errors.md``). Errors of the wrapped transport (connect, timeout) are

@@ -242,11 +242,30 @@ def relayed_headers(headers: Iterable[tuple[bytes, bytes]], drop: frozenset[byte
 
 
 def api_keys(catalog: Catalog) -> dict[str, str]:
-    """The API key of each catalog provider whose ``api_key_env`` names a set environment variable."""
+    """The API key of each catalog provider whose ``api_key_env`` names a set environment variable, without the
+    whitespace at its end (a key mounted as a secret file ends with a newline); a variable that is empty then
+    counts as unset.
+
+    Raises:
+        ValueError: a key holds a character that is not visible ASCII (``!`` to ``~``): a control character, a
+            space, or a character outside ASCII, which an HTTP header value cannot carry as the key (RFC 9110
+            section 5.5, and API keys are ASCII tokens). The message names the variable and the position, never
+            the key.
+    """
     keys: dict[str, str] = {}
     for provider in catalog.providers:
-        if provider.api_key_env and os.environ.get(provider.api_key_env):
-            keys[provider.name] = os.environ[provider.api_key_env]
+        env = provider.api_key_env
+        key = os.environ.get(env, "").rstrip() if env else ""
+        if not key:
+            continue
+        for position, char in enumerate(key, 1):
+            if not "!" <= char <= "~":
+                raise ValueError(
+                    f"the environment variable {env} (api_key_env of provider {provider.name!r}) holds a character "
+                    f"at position {position} that is not visible ASCII; an API key is visible ASCII "
+                    "(the key is not shown)"
+                )
+        keys[provider.name] = key
     return keys
 
 

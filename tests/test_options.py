@@ -3,10 +3,14 @@ that names the option and the value, before anything runs."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
 
 from numi_mw import (
     CatalogError,
@@ -19,6 +23,7 @@ from numi_mw import (
     load_catalog,
     provider_rules,
 )
+from tests.e2e_support import numi_mw_command
 
 
 async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -169,4 +174,71 @@ def test_fixed_route_refuses_what_is_not_a_provider() -> None:
         fixed_route(provider_rules("openai"), wire_api="responses")  # type: ignore[arg-type]
     assert str(wire_info.value) == (
         "wire_api must be one of openai-chat, openai-responses, anthropic-messages, not 'responses'"
+    )
+
+
+KEYED_CATALOG = """
+[[providers]]
+name = "up"
+base_url = "http://127.0.0.1:8000/v1"
+api_key_env = "NUMI_TEST_UP_KEY"
+
+[[models]]
+id = "a/m"
+reasoning_mode = "effort"
+
+[[models.endpoints]]
+tag = "up/m"
+provider = "up"
+"""
+
+
+@pytest.mark.parametrize("value", ["sk-abc\n", "sk-abc\r\n", "sk-abc  \t\n"])
+def test_a_key_with_trailing_whitespace_is_sent_without_it(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key read from a mounted secret file ends with a newline; the upstream gets the key without it."""
+    monkeypatch.setenv("NUMI_TEST_UP_KEY", value)
+    sent: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers.get("authorization"))
+        return httpx.Response(200, json={"choices": []})
+
+    app = create_app(catalog=load_catalog(KEYED_CATALOG, "c.toml"), transport=httpx.MockTransport(handler))
+    with TestClient(app) as client:
+        response = client.post("/v1/chat/completions", json={"model": "a/m", "messages": []})
+    assert (response.status_code, sent) == (200, ["Bearer sk-abc"])
+
+
+@pytest.mark.parametrize(
+    ("value", "position"),
+    [("sk-ключ", 4), ("sk-a\nb", 5), (" sk-abc", 1), ("sk-a b", 5), ("sk-\x1b[0m", 4), ("sk-é", 4), ("sk-\x7f", 4)],
+)
+def test_a_key_an_http_header_cannot_carry_is_refused_at_start_up(
+    value: str, position: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NUMI_TEST_UP_KEY", value)
+    with pytest.raises(ValueError) as info:
+        create_app(catalog=load_catalog(KEYED_CATALOG, "c.toml"))
+    assert str(info.value) == (
+        f"the environment variable NUMI_TEST_UP_KEY (api_key_env of provider 'up') holds a character at position "
+        f"{position} that is not visible ASCII; an API key is visible ASCII (the key is not shown)"
+    )
+    assert value.strip() not in str(info.value)
+
+
+def test_serve_refuses_a_key_it_cannot_send_in_one_line(tmp_path: Path) -> None:
+    catalog = tmp_path / "c.toml"
+    catalog.write_text(KEYED_CATALOG)
+    env = {**os.environ, "NUMI_TEST_UP_KEY": "sk-ключ-SECRET"}
+    result = subprocess.run(
+        [*numi_mw_command(), "serve", "--catalog", str(catalog), "--port", "9"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert (result.returncode, result.stderr.decode()) == (
+        2,
+        "numi-mw serve: the environment variable NUMI_TEST_UP_KEY (api_key_env of provider 'up') holds a character "
+        "at position 4 that is not visible ASCII; an API key is visible ASCII (the key is not shown)\n",
     )

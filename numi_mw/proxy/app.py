@@ -592,7 +592,8 @@ def create_app(
             wire API, or is given with a catalog; an option of the wrong type or range (``max_body_bytes``,
             ``max_header_count``, ``max_header_bytes``, ``max_event_bytes``, ``max_response_bytes``, ``timeout``,
             ``think_tags``, ``think_start``, ``preserve_reasoning``, ``transport``, ``ops_prefix``, ``metrics``); a
-            replay store URL, option or key that ``replay_store.replay_store_option`` refuses.
+            replay store URL, option or key that ``replay_store.replay_store_option`` refuses; a catalog provider's
+            key that is not visible ASCII once its trailing whitespace is stripped (``upstream.api_keys``).
 
     Errors reach the client as the OpenAI-style error body (``docs/errors.md``). An upstream's own error
     response is passed through unchanged.
