@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import version
@@ -54,6 +56,8 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):  # nan and inf: no time a timeout or a lifetime could be
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
         if value <= 0:
             raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
         return value
@@ -122,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
         default="info",
         help="log level, debug at most: uvicorn's trace would log headers and queries (default info)",
     )
-    _think_arguments(serve)
+    _think_arguments(serve, catalog=True)
     _preserve_argument(serve)
     _wire_argument(serve)
     _ops_arguments(serve)
@@ -240,7 +244,7 @@ def _preserve_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _think_arguments(parser: argparse.ArgumentParser) -> None:
+def _think_arguments(parser: argparse.ArgumentParser, *, catalog: bool = False) -> None:
     parser.add_argument(
         "--think-tags",
         action=argparse.BooleanOptionalAction,
@@ -251,8 +255,8 @@ def _think_arguments(parser: argparse.ArgumentParser) -> None:
         "--think-start",
         choices=THINK_STARTS,
         default=None,
-        help="where a stream starts: content, reasoning (the template opened the tag), auto (default: the "
-        "catalog model's think_start, else content)",
+        help="where a stream starts: content, reasoning (the template opened the tag), auto "
+        + ("(default: the catalog model's think_start, else content)" if catalog else "(default content)"),
     )
 
 
@@ -446,8 +450,34 @@ def _serve(args: argparse.Namespace) -> int:
         date_header=False,
     )
     _log_start(args, catalog)
+    problem = listen_problem(args.host, args.port)
+    if problem is not None:
+        sys.stderr.write(f"numi-mw serve: {problem}\n")
+        return 2
     uvicorn.Server(config).run()
     return 0
+
+
+def listen_problem(host: str, port: int) -> str | None:
+    """Why the sidecar cannot listen on ``host`` and ``port``, or ``None``: the host does not resolve, or an
+    address it resolves to cannot be bound (taken, or not this machine's). Each address is bound once, as the
+    server will bind it (``SO_REUSEADDR``, as asyncio's ``create_server`` sets on Unix), and let go again, so that
+    a refusal is one line and exit status 2 rather than uvicorn's start-up failure (exit 3)."""
+    where = f"cannot listen on --host {host!r} --port {port}"
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError):  # socket.gaierror is an OSError; an over-long label is a UnicodeError
+        return f"{where}: the host does not resolve to an address"
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                return f"{where}: {(exc.strerror or type(exc).__name__).lower()}"
+    return None
 
 
 def _log_start(args: argparse.Namespace, catalog: Catalog | None) -> None:

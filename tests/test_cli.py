@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -119,7 +120,22 @@ def error(message: str, code: str = "invalid_request", param: str | None = None)
                 "completion chunks."
             ),
         ),
-        (b"", error("The request body is empty; send a JSON object.", "invalid_json")),
+        (
+            b"",
+            error(
+                "The input is empty; send a JSON array of reasoning_details fragments or an SSE stream of chat "
+                "completion chunks.",
+                "invalid_json",
+            ),
+        ),
+        (
+            b" \n\t",
+            error(
+                "The input is empty; send a JSON array of reasoning_details fragments or an SSE stream of chat "
+                "completion chunks.",
+                "invalid_json",
+            ),
+        ),
         (
             b"[1,2]",
             error(
@@ -390,6 +406,10 @@ def test_serve_with_a_named_provider_says_so() -> None:
         " INFO numi_mw.serve: upstream http://127.0.0.1:8000/v1: provider deepseek (--provider), wire API openai-chat"
     )
     assert lines[1].endswith(" INFO numi_mw.serve: operations: /ops/healthz, /ops/readyz")
+    assert (result.returncode, lines[2:]) == (
+        2,
+        ["numi-mw serve: cannot listen on --host '256.0.0.1' --port 8787: the host does not resolve to an address"],
+    )
 
 
 @pytest.mark.parametrize("upstream", ["not-a-url", "ftp://example.com/v1"])
@@ -407,6 +427,46 @@ def test_serve_refuses_an_upstream_port_that_is_not_a_port(upstream: str) -> Non
         2,
         f"numi-mw serve: the upstream's port must be a number from 1 to 65535, not {upstream!r}\n",
     )
+
+
+@pytest.mark.parametrize(("option", "value"), [("--timeout", "nan"), ("--timeout", "inf"), ("--replay-ttl", "nan")])
+def test_serve_refuses_a_duration_that_is_not_a_finite_number(option: str, value: str) -> None:
+    result = run(["serve", "--upstream", "http://127.0.0.1:8000/v1", option, value], b"")
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines()[-1] == (
+        f"numi-mw serve: error: argument {option}: {value!r} is not a finite number"
+    )
+
+
+def test_serve_that_cannot_listen_exits_2_with_one_line() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = run(["serve", "--upstream", "http://127.0.0.1:8000/v1", "--port", str(port)], b"")
+    lines = result.stderr.decode().splitlines()
+    assert (result.returncode, lines[-1]) == (
+        2,
+        f"numi-mw serve: cannot listen on --host '127.0.0.1' --port {port}: address already in use",
+    )
+    assert [line for line in lines if "numi_mw.serve" not in line] == [lines[-1]]
+
+
+def test_serve_on_a_host_that_does_not_resolve_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    from numi_mw import cli
+
+    def unresolvable(*args: Any, **kwargs: Any) -> Any:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(cli.socket, "getaddrinfo", unresolvable)
+    assert cli.listen_problem("nonexistent.invalid", 8787) == (
+        "cannot listen on --host 'nonexistent.invalid' --port 8787: the host does not resolve to an address"
+    )
+
+
+def test_response_help_names_no_catalog() -> None:
+    result = run(["response", "--help"], b"")
+    text = " ".join(result.stdout.decode().split())
+    assert "catalog" not in text
+    assert "auto (default content)" in text
 
 
 def test_serve_refuses_an_ops_prefix_under_v1(capsys: pytest.CaptureFixture[str]) -> None:

@@ -66,6 +66,12 @@ def test_every_shell_refuses_a_bad_option(make: Any, options: dict[str, Any], me
     ("options", "message"),
     [
         ({"timeout": -1}, "timeout must be a positive number of seconds, not -1"),
+        ({"timeout": float("nan")}, "timeout must be a positive number of seconds, not nan"),
+        ({"timeout": float("inf")}, "timeout must be a positive number of seconds, not inf"),
+        (
+            {"timeout": httpx.Timeout(float("inf"))},
+            "timeout's values must be positive numbers of seconds or None, not Timeout(timeout=inf)",
+        ),
         (
             {"timeout": httpx.Timeout(5.0, connect=-1.0)},
             "timeout's values must be positive numbers of seconds or None, not "

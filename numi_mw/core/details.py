@@ -326,11 +326,15 @@ def fragments_from_body(body: bytes) -> list[Any] | None:
             (``docs/cli.md``).
     """
     from numi_mw.core.codec import decode_lenient
-    from numi_mw.core.errors import ApiError, empty_body
+    from numi_mw.core.errors import ApiError
 
     stripped = body.lstrip()
     if not stripped:
-        raise empty_body()
+        raise ApiError(
+            "invalid_json",
+            "The input is empty; send a JSON array of reasoning_details fragments or an SSE stream of chat "
+            "completion chunks.",
+        )
     if not stripped.startswith(b"["):
         return None
     value = decode_lenient(body)

@@ -16,6 +16,7 @@ leaves.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
@@ -590,7 +591,8 @@ def create_app(
         ValueError: neither or both of ``upstream`` and ``catalog``; ``upstream`` is not an ``http://`` or
             ``https://`` URL with a host; ``provider`` is not a known provider name; ``wire_api`` is not a known
             wire API, or is given with a catalog; an option of the wrong type or range (``max_body_bytes``,
-            ``max_header_count``, ``max_header_bytes``, ``max_event_bytes``, ``max_response_bytes``, ``timeout``,
+            ``max_header_count``, ``max_header_bytes``, ``max_event_bytes``, ``max_response_bytes``, ``timeout``
+            (a finite number of seconds),
             ``think_tags``, ``think_start``, ``preserve_reasoning``, ``transport``, ``ops_prefix``, ``metrics``); a
             replay store URL, option or key that ``replay_store.replay_store_option`` refuses; a catalog provider's
             key that is not visible ASCII once its trailing whitespace is stripped (``upstream.api_keys``).
@@ -615,11 +617,12 @@ def create_app(
         max_response_bytes=max_response_bytes,
     )
     if not isinstance(timeout, httpx.Timeout) and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf
     ):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
     if isinstance(timeout, httpx.Timeout) and any(
-        value is not None and not value > 0 for value in (timeout.connect, timeout.read, timeout.write, timeout.pool)
+        value is not None and not 0 < value < math.inf
+        for value in (timeout.connect, timeout.read, timeout.write, timeout.pool)
     ):
         raise ValueError(f"timeout's values must be positive numbers of seconds or None, not {timeout!r}")
     if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
