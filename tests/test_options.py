@@ -103,7 +103,19 @@ def test_create_app_refuses_a_bad_option(options: dict[str, Any], message: str) 
 
 
 @pytest.mark.parametrize(
-    "upstream", ["not-a-url", "ftp://example.com/v1", "http://", "127.0.0.1:8000/v1", "http:///v1", "http://[::1/v1"]
+    "upstream",
+    [
+        "not-a-url",
+        "ftp://example.com/v1",
+        "http://",
+        "127.0.0.1:8000/v1",
+        "http:///v1",
+        "http://[::1/v1",
+        " http://127.0.0.1:8000/v1",
+        "http://127.0.0.1:8000/v1\n",
+        "http://a b/v1",
+        "http://h/v1\x7f",
+    ],
 )
 def test_create_app_refuses_an_upstream_that_is_not_an_http_url(upstream: str) -> None:
     with pytest.raises(ValueError) as info:

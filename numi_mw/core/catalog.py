@@ -261,7 +261,10 @@ def base_url_problem(url: str) -> BaseUrlProblem | None:
     """What keeps ``url`` from being an upstream's base URL, or ``None``: ``scheme`` (not ``http://`` or
     ``https://``), ``host`` (none), ``port`` (not a number from 1 to 65535, RFC 3986 section 3.2.3 and the TCP
     port range), ``syntax`` (``urllib.parse.urlsplit`` cannot split it, as with an unclosed ``[`` of an IPv6
-    address). The one rule for ``--upstream`` and a catalog provider's ``base_url``."""
+    address; a URL holding a space or a control character, which ``urlsplit`` would strip or keep, is no URL either,
+    RFC 3986 section 2). The one rule for ``--upstream`` and a catalog provider's ``base_url``."""
+    if any(char <= " " or char == "\x7f" for char in url):
+        return "syntax"
     try:
         parts = urlsplit(url)
     except ValueError:
