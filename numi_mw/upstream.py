@@ -238,28 +238,35 @@ def answer_options(
     )
 
 
-async def feed_answer(upstream: httpx.Response, rewriter: BodyRewriter) -> None:
+async def feed_answer(upstream: httpx.Response, rewriter: BodyRewriter) -> int:
     """Feed ``rewriter`` the upstream body, decoded, chunk by chunk as it arrives (never read whole first, so that
-    the rewriter's bound holds, ``response.Bounds``); close the upstream response on every path.
+    the rewriter's bound holds, ``response.Bounds``); close the upstream response on every path. Returns the bytes
+    fed (decoded), for ``asgi.off_loop``.
 
     Raises:
         ApiError: 502 from ``rewriter.feed`` past its ``max_response_bytes``.
         httpx.RequestError: the body could not be read whole, as httpx raises it.
     """
+    size = 0
     try:
         async for chunk in upstream.aiter_bytes():
+            size += len(chunk)
             rewriter.feed(chunk)
     finally:
         await upstream.aclose()
+    return size
 
 
-def feed_answer_sync(upstream: httpx.Response, rewriter: BodyRewriter) -> None:
+def feed_answer_sync(upstream: httpx.Response, rewriter: BodyRewriter) -> int:
     """``feed_answer`` for a synchronous upstream response."""
+    size = 0
     try:
         for chunk in upstream.iter_bytes():
+            size += len(chunk)
             rewriter.feed(chunk)
     finally:
         upstream.close()
+    return size
 
 
 def whole_answer(
