@@ -276,7 +276,7 @@ def run_bounds_memory(config: Config) -> list[Measurement]:
                 ratio,
                 Spread(ratio, ratio, ratio, ratio, ratio, 1),
                 "<=",
-                2.5,
+                1.25,
                 sides,
                 result,
             )

@@ -7,8 +7,11 @@ No reasoning rules here; they are all in ``numi_mw.core``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import TypeVar
 
+import anyio.to_thread
 from starlette.types import Receive, Send
 
 from numi_mw.core.catalog import Catalog, base_url_problem
@@ -238,3 +241,27 @@ async def send_error(send: Send, error: ApiError) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+OFF_LOOP_BYTES = 256 * 1024
+"""The body size in bytes from which ``off_loop`` runs the core's work in a worker thread. Measured on a
+development machine (``docs/security.md``, "The event loop"): a hop to a thread and back costs about 150 µs;
+preparing a request costs about 3 ns a byte for long messages and up to about 50 ns a byte for a history of tiny
+ones. At 256 KiB the work left inline holds the event loop for at most about 10 ms, and a typical body just past it
+pays a hop of a fifth of its own cost."""
+
+_T = TypeVar("_T")
+
+
+async def off_loop(size: int, work: Callable[..., _T], *args: object) -> _T:
+    """``work(*args)``, run in a worker thread (``anyio.to_thread.run_sync``) when ``size`` (the bytes of the body
+    it reads, client's or upstream's) is at least ``OFF_LOOP_BYTES``, else inline: CPU work whose cost grows with
+    what a client or an upstream sends never holds the event loop (and every other request on it) for long.
+    ``work`` must touch nothing another task uses meanwhile (the core's functions, a rewriter of one response).
+
+    Raises:
+        Exception: whatever ``work`` raises, unchanged.
+    """
+    if size < OFF_LOOP_BYTES:
+        return work(*args)
+    return await anyio.to_thread.run_sync(partial(work, *args))

@@ -11,10 +11,20 @@ the details.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from numi_mw.asgi import adjustments_header, check_limits, check_options, is_json, read_body, send_error, with_length
+from numi_mw.asgi import (
+    adjustments_header,
+    check_limits,
+    check_options,
+    is_json,
+    off_loop,
+    read_body,
+    send_error,
+    with_length,
+)
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules, WireApi, provider_rules
@@ -127,8 +137,9 @@ class ReasoningMiddleware:
             found: dict[str, bytes] | None = None
             if self.replay is not None:  # the turns whose opaque state the client dropped, looked up
                 tenant = credential_scope(_credentials(scope["headers"]))
-                found = await self.replay.lookup(tenant, missing_in_body(body))
-            prepared = prepare_request(body, self.route, max_body_bytes=self.max_body_bytes, restored=found)
+                found = await self.replay.lookup(tenant, await off_loop(len(body), missing_in_body, body))
+            prepare = partial(prepare_request, max_body_bytes=self.max_body_bytes, restored=found)
+            prepared = await off_loop(len(body), prepare, body, self.route)
         except ApiError as error:
             await send_error(send, error)
             return
@@ -171,7 +182,7 @@ class _Remember:
         self.stream = StreamStates()
 
     async def __call__(self, body: bytes) -> None:
-        await self._keep(answer_states(body))
+        await self._keep(await off_loop(len(body), answer_states, body))
 
     async def stream_ended(self) -> None:
         """Keep what the stream's bytes (``stream.feed``) carried; called before its last message goes out."""
@@ -239,7 +250,7 @@ class _NormalizingSend:
     raises ``ApiError``) a stream ends with its error event, a JSON body becomes the error response, and the rest
     of the app's body is dropped."""
 
-    __slots__ = ("ended", "extra", "options", "remember", "rewriter", "send", "split", "start", "started")
+    __slots__ = ("ended", "extra", "options", "remember", "rewriter", "send", "size", "split", "start", "started")
 
     def __init__(
         self,
@@ -256,6 +267,7 @@ class _NormalizingSend:
         self.rewriter: Rewriter | None = None
         self.start: Message = {}
         self.split = False  # the JSON body came in more than one message
+        self.size = 0  # bytes of the JSON body so far
         self.ended = False  # the response was ended past a bound: the app's further messages are dropped
 
     async def __call__(self, message: Message) -> None:
@@ -313,11 +325,13 @@ class _NormalizingSend:
         return choose_rewriter(self.options, start["status"], content_type, encoding)
 
     async def _whole_body(self, rewriter: BodyRewriter, message: Message) -> None:
-        rewriter.feed(message.get("body", b""))
+        body = message.get("body", b"")
+        self.size += len(body)
+        rewriter.feed(body)
         if message.get("more_body", False):
             self.split = True
             return
-        out = rewriter.finish()
+        out = await off_loop(self.size, rewriter.finish)
         start = self.start
         if self.remember is not None and 200 <= (rewriter.status or start["status"]) < 300:
             await self.remember(out)

@@ -18,7 +18,15 @@ from typing import NamedTuple
 
 import httpx
 
-from numi_mw.asgi import Headers, adjustments_header, check_limits, check_options, is_json, without_headers
+from numi_mw.asgi import (
+    Headers,
+    adjustments_header,
+    check_limits,
+    check_options,
+    is_json,
+    off_loop,
+    without_headers,
+)
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.catalog import Catalog
 from numi_mw.core.errors import ApiError
@@ -307,7 +315,8 @@ class NormalizingTransport(httpx.AsyncBaseTransport):
         if not normalizer.touches(request):
             return await self._transport.handle_async_request(request)
         try:
-            call = normalizer.outgoing(request, await request.aread())
+            body = await request.aread()
+            call = await off_loop(len(body), normalizer.outgoing, request, body)
         except ApiError as error:
             return _error_response(error)
         response = await self._transport.handle_async_request(call.request)
@@ -317,10 +326,10 @@ class NormalizingTransport(httpx.AsyncBaseTransport):
         if isinstance(rewriter, StreamRewriter):
             return call.streamed(response, rewriter, _AsyncStream)
         try:
-            await feed_answer(response, rewriter)
+            size = await feed_answer(response, rewriter)
         except ApiError as error:  # past the rewriter's bound
             return _error_response(error)
-        return call.whole(response, rewriter)
+        return await off_loop(size, call.whole, response, rewriter)
 
     async def aclose(self) -> None:
         await self._transport.aclose()

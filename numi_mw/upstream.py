@@ -13,6 +13,7 @@ import os
 import re
 import time
 import unicodedata
+import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -42,7 +43,8 @@ from numi_mw.core.usage import usage_rules
 log = logging.getLogger("numi_mw.upstream")
 
 DECODED = frozenset(("identity", "gzip", "deflate", ""))
-"""Content encodings httpx decodes without optional packages; a response in another one is not rewritten."""
+"""Content encodings whose body numi_mw reads to rewrite it (``decoded_body``: ``gzip`` and ``deflate`` through
+``Inflater``); a response in another one is not rewritten."""
 
 Stage = Literal["send", "body", "stream"]
 
@@ -289,28 +291,171 @@ def answer_options(
     )
 
 
-async def feed_answer(upstream: httpx.Response, rewriter: BodyRewriter) -> None:
-    """Feed ``rewriter`` the upstream body, decoded, chunk by chunk as it arrives (never read whole first, so that
-    the rewriter's bound holds, ``response.Bounds``); close the upstream response on every path.
+async def feed_answer(upstream: httpx.Response, rewriter: BodyRewriter) -> int:
+    """Feed ``rewriter`` the upstream body, decoded step by step as it arrives (``decoded_body``: never read or
+    decoded whole first, so that the rewriter's bound holds, ``response.Bounds``); close the upstream response on
+    every path. Returns the bytes fed (decoded), for ``asgi.off_loop``.
 
     Raises:
         ApiError: 502 from ``rewriter.feed`` past its ``max_response_bytes``.
-        httpx.RequestError: the body could not be read whole, as httpx raises it.
+        httpx.RequestError: the body could not be read whole, as httpx raises it (``httpx.DecodingError`` for a
+            gzip or deflate body that cannot be decoded).
     """
+    size = 0
     try:
-        async for chunk in upstream.aiter_bytes():
-            rewriter.feed(chunk)
+        async for piece in decoded_body(upstream):
+            size += len(piece)
+            rewriter.feed(piece)
     finally:
         await upstream.aclose()
+    return size
 
 
-def feed_answer_sync(upstream: httpx.Response, rewriter: BodyRewriter) -> None:
-    """``feed_answer`` for a synchronous upstream response."""
+def feed_answer_sync(upstream: httpx.Response, rewriter: BodyRewriter) -> int:
+    """``feed_answer`` for a synchronous upstream response (``decoded_body_sync``)."""
+    size = 0
     try:
-        for chunk in upstream.iter_bytes():
-            rewriter.feed(chunk)
+        for piece in decoded_body_sync(upstream):
+            size += len(piece)
+            rewriter.feed(piece)
     finally:
         upstream.close()
+    return size
+
+
+DECODE_STEP = 64 * 1024
+"""The most bytes one step of decoding a gzip or deflate body yields (``Inflater``)."""
+
+
+class Inflater:
+    """Decodes a ``gzip`` or ``deflate`` body (RFC 9110 section 8.4.1) step by step: each piece it yields is at most
+    ``step`` bytes, and the next one is only decoded when the caller asks for it, so that a reader with a bound (the
+    rewriter's ``feed``, ``response.Bounds``) stops a small body that decodes to a huge one (a "gzip bomb") before
+    more is decoded. httpx's own decoders decode each network read whole (``httpx._decoders``), which for such a
+    body is many megabytes at once whatever the bound.
+
+    ``gzip`` is read with the gzip wrapper; ``deflate`` as httpx reads it: the zlib wrapper (RFC 1950), falling back
+    to raw deflate (RFC 1951) when the first piece is not one. Bytes after the end of the compressed stream are
+    ignored, as httpx ignores them.
+
+    Args:
+        encoding: ``gzip`` or ``deflate``.
+        step: the most bytes one piece holds (default ``DECODE_STEP``, 64 KiB).
+
+    Raises:
+        ValueError: another ``encoding``.
+    """
+
+    __slots__ = ("_first", "_raw_fallback", "_zlib", "step")
+
+    def __init__(self, encoding: str, step: int = DECODE_STEP) -> None:
+        if encoding not in ("gzip", "deflate"):
+            raise ValueError(f"only gzip and deflate are decoded here, not {encoding!r}")
+        self.step = step
+        self._raw_fallback = encoding == "deflate"
+        self._first = True
+        self._zlib = zlib.decompressobj(zlib.MAX_WBITS | 16 if encoding == "gzip" else zlib.MAX_WBITS)
+
+    def decode(self, data: bytes) -> Iterator[bytes]:
+        """The decoded pieces of ``data`` (the next bytes of the body), each at most ``step`` bytes and non-empty.
+
+        Raises:
+            httpx.DecodingError: the bytes are not of the encoding (as httpx raises it).
+        """
+        first, self._first = self._first, False
+        try:
+            piece = self._zlib.decompress(data, self.step)
+        except zlib.error as exc:
+            if not (first and self._raw_fallback):
+                raise httpx.DecodingError(str(exc)) from exc
+            self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+            piece = self._step(data)
+        while True:
+            if piece:
+                yield piece
+            tail = self._zlib.unconsumed_tail
+            if not tail and len(piece) < self.step:  # all input read and no output left pending
+                return
+            piece = self._step(tail)
+
+    def flush(self) -> bytes:
+        """What is left once the body has ended (at most what one last input byte holds).
+
+        Raises:
+            httpx.DecodingError: as ``decode``.
+        """
+        try:
+            return self._zlib.flush()
+        except zlib.error as exc:  # pragma: no cover - zlib raises on flush only for a stream it cannot end
+            raise httpx.DecodingError(str(exc)) from exc
+
+    def _step(self, data: bytes) -> bytes:
+        try:
+            return self._zlib.decompress(data, self.step)
+        except zlib.error as exc:
+            raise httpx.DecodingError(str(exc)) from exc
+
+
+def _inflater(upstream: httpx.Response) -> Inflater | None:
+    """The decoder for a body in ``gzip`` or ``deflate``, else ``None`` (identity: read raw)."""
+    encoding = upstream.headers.get("content-encoding", "identity").strip().lower()
+    return Inflater(encoding) if encoding in ("gzip", "deflate") else None
+
+
+def _read_already(upstream: httpx.Response) -> bytes | None:
+    """The body httpx has read whole already (decoded), or ``None`` when it is still to be read (or was streamed
+    away: reading it raises ``httpx.StreamConsumed`` as it would in httpx)."""
+    if not upstream.is_stream_consumed:
+        return None
+    try:
+        return upstream.content
+    except httpx.ResponseNotRead:
+        return None
+
+
+async def decoded_body(upstream: httpx.Response) -> AsyncIterator[bytes]:
+    """The upstream body, as it arrives, decoded from ``gzip`` or ``deflate`` in pieces of at most ``DECODE_STEP``
+    bytes (``Inflater``); an identity body as it comes. A body httpx has read whole already (an
+    ``httpx.MockTransport`` answer) comes as httpx decoded it.
+
+    Raises:
+        httpx.RequestError: the body could not be read, or decoded (``httpx.DecodingError``).
+    """
+    whole = _read_already(upstream)
+    if whole is not None:
+        if whole:
+            yield whole
+        return
+    inflater = _inflater(upstream)
+    async for chunk in upstream.aiter_raw():
+        if inflater is None:
+            yield chunk
+            continue
+        for piece in inflater.decode(chunk):
+            yield piece
+    if inflater is not None:
+        tail = inflater.flush()
+        if tail:
+            yield tail
+
+
+def decoded_body_sync(upstream: httpx.Response) -> Iterator[bytes]:
+    """``decoded_body`` for a synchronous upstream response."""
+    whole = _read_already(upstream)
+    if whole is not None:
+        if whole:
+            yield whole
+        return
+    inflater = _inflater(upstream)
+    for chunk in upstream.iter_raw():
+        if inflater is None:
+            yield chunk
+            continue
+        yield from inflater.decode(chunk)
+    if inflater is not None:
+        tail = inflater.flush()
+        if tail:
+            yield tail
 
 
 def whole_answer(
@@ -325,16 +470,10 @@ def whole_answer(
     return out, status, with_length(headers, len(out), drop, content_type=media)
 
 
-def _decodes(upstream: httpx.Response, rewriter: StreamRewriter | None) -> bool:
-    """Whether a relayed body is read decoded: a body relayed as it came, and an identity-encoded body, are read raw
-    (httpx's decoding layer would only copy it); a rewritten gzip or deflate body is decoded first."""
-    encoding = upstream.headers.get("content-encoding", "identity").strip().lower()
-    return rewriter is not None and encoding not in ("identity", "")
-
-
 async def relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> AsyncIterator[bytes]:
-    """Yield the upstream body as it arrives, through ``rewriter`` when there is one; close the upstream response
-    on every path. A stream the upstream breaks off (an ``httpx.RequestError`` while reading) ends with
+    """Yield the upstream body as it arrives, through ``rewriter`` when there is one (fed the body decoded step by
+    step, ``decoded_body``, so that its event bound stops a gzip bomb early); close the upstream response on every
+    path. A stream the upstream breaks off (an ``httpx.RequestError`` while reading) ends with
     ``rewriter.fail``'s error event (``upstream_failure`` at stage ``stream``, logged once), and so does one whose
     event passes the rewriter's bound (the ``ApiError`` its ``feed`` raises); the rest of the upstream body is not
     read.
@@ -346,7 +485,7 @@ async def relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> As
             upstream directly (RFC 9112 section 8, "Handling Incomplete Messages").
     """
     try:
-        async for chunk in upstream.aiter_bytes() if _decodes(upstream, rewriter) else upstream.aiter_raw():
+        async for chunk in upstream.aiter_raw() if rewriter is None else decoded_body(upstream):
             if rewriter is None:
                 yield chunk
                 continue
@@ -372,7 +511,7 @@ async def relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> As
 def relay_sync(upstream: httpx.Response, rewriter: StreamRewriter | None) -> Iterator[bytes]:
     """``relay`` for a synchronous upstream response: the same steps, each as ``relay`` takes it."""
     try:
-        for chunk in upstream.iter_bytes() if _decodes(upstream, rewriter) else upstream.iter_raw():
+        for chunk in upstream.iter_raw() if rewriter is None else decoded_body_sync(upstream):
             if rewriter is None:
                 yield chunk
                 continue

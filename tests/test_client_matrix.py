@@ -6,7 +6,10 @@ Each client library runs in its own environment, built and cached outside the re
 as a subprocess of that environment's interpreter (bounded in time): turn 1 against a replay of a recorded
 provider answer (``../shared/fixtures/openai-chat/``), then turn 2 with the client's own history. Every job runs
 twice: through a real ``numi-mw serve --upstream REPLAY --provider P`` process, and straight at the replay
-(direct). The replay keeps every request body, so turn 2 is checked as the upstream receives it.
+(direct). The replay keeps every request body, so turn 2 is checked as the upstream receives it. The rows of the
+clients that drop OpenRouter's signatures and encrypted data (``Client.store``) run a third time, through a sidecar
+with a replay store (``--replay-store sqlite:///PATH``, ``docs/replay-store.md``), each job with its own API key
+(its own scope): there turn 2 must reach the upstream with every signature and encrypted detail byte for byte.
 
 Checks per client x recording (``docs/clients.md`` lists the results): the turn-1 request streams when the row
 streams; the reasoning the client shows equals the recording's reasoning text (shown once); the content and the
@@ -174,6 +177,7 @@ class Client:
     modes: tuple[bool, ...] = (True, False)
     providers: tuple[str, ...] | None = None
     error_messages: tuple[str, ...] = ()  # how the client words a provider's error event, when it raises a builtin
+    store: bool = False  # its OpenRouter rows also run through a sidecar with a replay store
 
 
 OPENAI_ERRORS = ("openai.",)
@@ -181,9 +185,9 @@ CLIENTS = [
     Client("openai-raw", "py", OPENAI_ERRORS),
     Client("openai-helper", "py", OPENAI_ERRORS, modes=(True,)),
     Client("openai-transport", "transport", OPENAI_ERRORS),
-    Client("litellm-openai", "py", ("litellm.",)),
-    Client("litellm-openrouter", "py", ("litellm.",), providers=("openrouter",)),
-    Client("langchain-openai", "py", ("openai.", "langchain_core.")),
+    Client("litellm-openai", "py", ("litellm.",), store=True),
+    Client("litellm-openrouter", "py", ("litellm.",), providers=("openrouter",), store=True),
+    Client("langchain-openai", "py", ("openai.", "langchain_core."), store=True),
     Client(
         "langchain-openrouter",
         "py",
@@ -227,8 +231,16 @@ class Row:
         kind = "midstream-error" if self.error else ("streamed" if self.recording.stream else "buffered")
         return f"{self.client.name}-{self.recording.name}-{kind}"
 
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The paths the row runs: ``direct``, ``through`` numi_mw, and ``store`` (numi_mw with a replay store) for
+        a client that drops signatures and encrypted data, on OpenRouter's recordings (the ones that carry them)."""
+        store = self.client.store and self.recording.provider == "openrouter" and not self.error
+        return ("direct", "through", "store") if store else ("direct", "through")
+
 
 ROWS = [Row(c, r) for c in CLIENTS for r in recordings_for(c)] + [Row(c, error_recording(c), True) for c in CLIENTS]
+STORE_ROWS = [row for row in ROWS if "store" in row.paths]
 
 
 # What the recordings hold ----------------------------------------------------------------------------------
@@ -310,30 +322,34 @@ class Matrix:
     replay: ClientReplay
     stack: contextlib.ExitStack
     node_dir: Path | None
-    sidecars: dict[str, str] = field(default_factory=dict)
+    store_dir: Path
+    sidecars: dict[tuple[str, str], str] = field(default_factory=dict)
     results: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     outcomes: dict[str, dict[str, dict[str, str | None]]] = field(default_factory=dict)
 
-    def sidecar(self, provider: str) -> str:
-        if provider not in self.sidecars:
-            self.sidecars[provider] = self.stack.enter_context(
-                sidecar(self.replay.base_url, "--provider", provider, "--timeout", str(JOB_TIMEOUT))
-            )
-        return self.sidecars[provider]
+    def sidecar(self, provider: str, path: str) -> str:
+        """The sidecar of ``provider`` for a ``through`` or a ``store`` path (then with an SQLite replay store)."""
+        if (provider, path) not in self.sidecars:
+            options = ["--provider", provider, "--timeout", str(JOB_TIMEOUT)]
+            if path == "store":
+                options += ["--replay-store", f"sqlite:///{self.store_dir / provider}.db"]
+            self.sidecars[provider, path] = self.stack.enter_context(sidecar(self.replay.base_url, *options))
+        return self.sidecars[provider, path]
 
-    def job(self, row: Row, through: bool) -> dict[str, Any]:
+    def job(self, row: Row, path: str) -> dict[str, Any]:
         recording = row.recording
-        job_id = f"{row.id}/{'through' if through else 'direct'}"
+        job_id = f"{row.id}/{path}"
         headers = {"x-matrix-job": job_id, "x-replay-fixture": recording.path, "x-replay-then": recording.then}
         if row.error:
             headers["x-replay-break-after"] = str(ERROR_BREAK_AFTER)
         direct_url = self.replay.base_url
+        through = path != "direct"
         transport = row.client.runtime == "transport"
         return {
             "id": job_id,
             "client": row.client.name,
-            "base_url": self.sidecar(recording.provider) if through and not transport else direct_url,
-            "api_key": "sk-replay",
+            "base_url": self.sidecar(recording.provider, path) if through and not transport else direct_url,
+            "api_key": f"sk-replay-{job_id}" if path == "store" else "sk-replay",  # a scope of the store per job
             "model": recording.model,
             "stream": recording.stream,
             "headers": headers,
@@ -350,7 +366,7 @@ class Matrix:
         if client.name in self.results:
             return self.results[client.name]
         rows = [row for row in ROWS if row.client == client]
-        jobs = [self.job(row, through) for row in rows for through in (False, True)]
+        jobs = [self.job(row, path) for row in rows for path in row.paths]
         if client.runtime == "node":
             assert self.node_dir is not None
             command = ["node", str(self.node_dir / "node_driver.mjs")]
@@ -372,15 +388,15 @@ class Matrix:
         self.results[client.name] = {result["id"]: result for result in json.loads(done.stdout)}
         return self.results[client.name]
 
-    def outcome(self, row: Row, through: bool) -> dict[str, str | None]:
-        job_id = f"{row.id}/{'through' if through else 'direct'}"
+    def outcome(self, row: Row, path: str) -> dict[str, str | None]:
+        job_id = f"{row.id}/{path}"
         result = self.run_client(row.client)[job_id]
         requests = self.replay.requests.get(job_id, [])
         if row.error:
             found = error_check(row.client, result)
         else:
             found = checks(row.recording, expected(row.recording), result, requests)
-        self.outcomes.setdefault(row.id, {})["through" if through else "direct"] = found
+        self.outcomes.setdefault(row.id, {})[path] = found
         return found
 
 
@@ -547,7 +563,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
         shutil.copy(DRIVERS / "node_driver.mjs", node_dir / "node_driver.mjs")
     with contextlib.ExitStack() as stack:
         replay = stack.enter_context(ClientReplay().running())
-        found = Matrix(replay, stack, node_dir)
+        found = Matrix(replay, stack, node_dir, tmp_path_factory.mktemp("replay-store"))
         yield found
         report = os.environ.get("NUMI_MW_CLIENTS_REPORT")
         if report:
@@ -569,10 +585,30 @@ def test_client_through_numi_mw_is_never_worse_than_direct(matrix: Matrix, row: 
     reason = skip_reason(row.client)
     if reason:
         pytest.skip(reason)
-    direct = matrix.outcome(row, through=False)
-    through = matrix.outcome(row, through=True)
+    direct = matrix.outcome(row, "direct")
+    through = matrix.outcome(row, "through")
     if row.error:  # through numi_mw the break is the client's own error, whatever the direct break gives
         assert through == {"client's own error": None}, f"through numi_mw: {through}; direct: {direct}"
         return
     worse = {name: reason for name, reason in through.items() if reason is not None and direct.get(name) is None}
     assert not worse, f"through numi_mw fails where direct passes: {worse}; direct: {direct}"
+
+
+SIGNATURES = "history: signatures and encrypted data"
+
+
+@pytest.mark.parametrize("row", STORE_ROWS, ids=[row.id for row in STORE_ROWS])
+def test_a_replay_store_gives_back_the_signatures_a_client_drops(matrix: Matrix, row: Row) -> None:
+    """Turn 2 of a client that drops OpenRouter's signatures and encrypted data reaches the upstream with every one
+    of them byte for byte through a sidecar with a replay store (``docs/replay-store.md``), and the store makes no
+    check fail that the plain sidecar passes."""
+    reason = skip_reason(row.client)
+    if reason:
+        pytest.skip(reason)
+    direct = matrix.outcome(row, "direct")
+    through = matrix.outcome(row, "through")
+    stored = matrix.outcome(row, "store")
+    assert direct[SIGNATURES] is not None, f"the client no longer drops them direct: {direct}"
+    assert stored[SIGNATURES] is None, f"through numi_mw with a replay store: {stored}"
+    worse = {name: reason for name, reason in stored.items() if reason is not None and through.get(name) is None}
+    assert not worse, f"with a replay store fails where numi_mw alone passes: {worse}; through: {through}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any, NamedTuple
 
 import anyio
@@ -40,6 +41,7 @@ from numi_mw.asgi import (
     check_options,
     check_upstream,
     connection_tokens,
+    off_loop,
     read_body,
     without_headers,
 )
@@ -305,9 +307,12 @@ class _Sidecar:
             found: dict[str, bytes] | None = None
             if self.replay is not None:  # the turns whose opaque state the client dropped, looked up
                 scope = credential_scope(request.headers)
-                found = await self.replay.lookup(scope, missing_in_body(body))
-            prepared = prepare_request(
-                body, self.target, headers=request.headers, max_body_bytes=self.max_body_bytes, restored=found
+                found = await self.replay.lookup(scope, await off_loop(len(body), missing_in_body, body))
+            prepared = await off_loop(
+                len(body),
+                partial(prepare_request, headers=request.headers, max_body_bytes=self.max_body_bytes, restored=found),
+                body,
+                self.target,
             )
             restored = prepared.restored
             route = prepared.route
@@ -357,12 +362,12 @@ class _Sidecar:
         extra = adjustments_header(call.adjustments) + restored_header(call.restored)
         if rewriter is not None and not isinstance(rewriter, StreamRewriter):
             try:
-                await feed_answer(upstream, rewriter)
+                size = await feed_answer(upstream, rewriter)
             except httpx.RequestError as exc:
                 raise upstream_failure(exc, "body") from None
             raw = upstream.headers.raw
-            body, status, headers = whole_answer(
-                rewriter, upstream.status_code, raw, _DROP_REWRITTEN | connection_tokens(raw)
+            body, status, headers = await off_loop(
+                size, whole_answer, rewriter, upstream.status_code, raw, _DROP_REWRITTEN | connection_tokens(raw)
             )
             if call.scope is not None and 200 <= status < 300:
                 await self._remember(call.scope, body)
@@ -383,7 +388,7 @@ class _Sidecar:
         """Keep the opaque state of each choice of a buffered chat completion (``replay.answer_states``: the
         message's ``reasoning_details`` as the answer holds them, keyed by the turn as the client sends it back)."""
         assert self.replay is not None
-        for key, value in answer_states(body):
+        for key, value in await off_loop(len(body), answer_states, body):
             await self.replay.remember(scope, key, value)
 
 
