@@ -54,6 +54,10 @@ PRUNE_INTERVAL: Final = 60.0
 WARN_INTERVAL: Final = 60.0
 """Seconds between two warnings about a failing store: one per minute, not one per request."""
 
+PAUSE_AFTER_FAILURE: Final = 10.0
+"""Seconds a store is left alone after it failed: lookups find nothing and nothing is kept, at once, so that a
+store that hangs (each operation waiting its ``STORE_TIMEOUT``) costs one request that wait, not every request."""
+
 STORE_TIMEOUT: Final = 2.0
 """Seconds a store operation may take: Redis' connect and socket timeouts, SQLite's busy timeout. A store that
 does not answer in time counts as failed; the request goes on without it."""
@@ -280,9 +284,16 @@ class ReplayStore:
         self.clock = clock
         self._warned: float | None = None
         self._suppressed = 0
+        self._paused_until = float("-inf")
 
-    def _failed(self, operation: str, exc: BaseException) -> None:
+    def _paused(self) -> bool:
+        """Whether the store failed less than ``PAUSE_AFTER_FAILURE`` seconds ago (it is then not asked)."""
+        return self.clock() < self._paused_until
+
+    def _failed(self, operation: str, exc: BaseException, *, pause: bool = True) -> None:
         now = self.clock()
+        if pause:  # the store itself failed (a value that does not decrypt is no failure of the store)
+            self._paused_until = now + PAUSE_AFTER_FAILURE
         if self._warned is not None and now - self._warned < WARN_INTERVAL:
             self._suppressed += 1
             return
@@ -302,8 +313,9 @@ class ReplayStore:
 
     async def lookup(self, scope: str, keys: Sequence[str]) -> dict[str, bytes]:
         """The stored values of ``keys`` in ``scope``, by key (decrypted); never raises: on a failing store, or a
-        value that does not decrypt (another key), that value is missing and the failure is warned."""
-        if not keys:
+        value that does not decrypt (another key), that value is missing and the failure is warned. For
+        ``PAUSE_AFTER_FAILURE`` seconds after a failure the store is not asked: nothing is found."""
+        if not keys or self._paused():
             return {}
         try:
             found = await self.backend.get_many(scope, keys)
@@ -319,13 +331,14 @@ class ReplayStore:
             try:
                 out[key] = self._aead.decrypt(value[:12], value[12:], self._bound(scope, key))
             except (InvalidTag, ValueError) as exc:
-                self._failed("decrypt", exc)
+                self._failed("decrypt", exc, pause=False)
         return out
 
     async def remember(self, scope: str, key: str, value: bytes) -> bool:
         """Keep ``value`` for ``key`` in ``scope`` (encrypted when a key is set); ``False`` when it is over
-        ``max_value_bytes`` or the store failed (warned). Never raises."""
-        if len(value) > self.max_value_bytes:
+        ``max_value_bytes``, the store failed (warned), or it failed less than ``PAUSE_AFTER_FAILURE`` seconds ago
+        (not asked). Never raises."""
+        if len(value) > self.max_value_bytes or self._paused():
             return False
         if self._aead is not None:
             nonce = os.urandom(12)

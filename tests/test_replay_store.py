@@ -10,7 +10,7 @@ import logging
 import os
 import sqlite3
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,8 +185,9 @@ async def test_a_store_that_is_down_finds_nothing_keeps_nothing_and_warns_once_a
         assert await store.lookup("scope-a", ["k1"]) == {}
         clock.now += 30
         assert await store.remember("scope-a", "k1", VALUE) is False
+        clock.now += 11  # past the pause after the failure before
         assert await store.lookup("scope-a", ["k1"]) == {}
-        clock.now += 31
+        clock.now += 20
         assert await store.lookup("scope-a", ["k1"]) == {}
     error = "DatabaseError" if kind.path is not None else "ConnectionError"
     assert [r.getMessage() for r in caplog.records] == [
@@ -280,3 +281,41 @@ def test_the_defaults_and_the_header() -> None:
     assert (DEFAULT_TTL, DEFAULT_MAX_VALUE_BYTES) == (86_400, 4_194_304)
     assert restored_header(0) == []
     assert restored_header(2) == [(b"x-numi-mw-restored", b"2")]
+
+
+class CountingBackend:
+    """A backend that fails every call and counts them."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get_many(self, scope: str, keys: Sequence[str]) -> dict[str, bytes]:
+        self.calls += 1
+        raise ConnectionError("down")
+
+    async def put(self, scope: str, key: str, value: bytes) -> None:
+        self.calls += 1
+        raise ConnectionError("down")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_failing_store_is_left_alone_for_ten_seconds_after_each_failure() -> None:
+    clock = Clock()
+    backend = CountingBackend()
+    store = ReplayStore(backend, clock=clock)
+    assert await store.lookup("scope-a", ["k1"]) == {}
+    assert backend.calls == 1
+    clock.now += 9.9
+    assert await store.lookup("scope-a", ["k1"]) == {}
+    assert await store.remember("scope-a", "k1", VALUE) is False
+    assert backend.calls == 1  # not asked while paused: a hanging store costs one request its timeout, not each
+    clock.now += 0.1
+    assert await store.remember("scope-a", "k1", VALUE) is False
+    assert backend.calls == 2  # asked again once the pause is over, and paused again by the failure
+    clock.now += 5
+    assert await store.lookup("scope-a", ["k1"]) == {}
+    assert backend.calls == 2
