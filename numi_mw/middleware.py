@@ -28,7 +28,7 @@ from numi_mw.asgi import (
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import ProviderRules, WireApi, provider_rules
-from numi_mw.core.replay import StreamStates, answer_states, credential_scope, missing_in_body
+from numi_mw.core.replay import NO_CONTEXT, StreamStates, answer_states, credential_scope, missing_in_body
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
 from numi_mw.core.response import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -134,10 +134,12 @@ class ReasoningMiddleware:
             if body is None:  # the client left
                 return
             tenant: str | None = None
+            context = NO_CONTEXT
             found: dict[str, bytes] | None = None
             if self.replay is not None:  # the turns whose opaque state the client dropped, looked up
                 tenant = credential_scope(_credentials(scope["headers"]))
-                found = await self.replay.lookup(tenant, await off_loop(len(body), missing_in_body, body))
+                keys, context = await off_loop(len(body), missing_in_body, body)
+                found = await self.replay.lookup(tenant, keys)
             prepare = partial(prepare_request, max_body_bytes=self.max_body_bytes, restored=found)
             prepared = await off_loop(len(body), prepare, body, self.route)
         except ApiError as error:
@@ -165,24 +167,26 @@ class ReasoningMiddleware:
         extra = adjustments_header(prepared.adjustments) + restored_header(prepared.restored)
         remember = None
         if self.replay is not None and tenant is not None:
-            remember = _Remember(self.replay, tenant)
+            remember = _Remember(self.replay, tenant, context)
         await self.app(scope, _Replay(prepared.body, receive), _NormalizingSend(options, send, extra, remember))
 
 
 class _Remember:
     """Keep the opaque state of a chat completion's choices in the replay store, under the request's credential
     scope: of a buffered answer (``replay.answer_states``), or of a stream fed as it goes to the client
-    (``replay.StreamStates``), kept before its last message goes out."""
+    (``replay.StreamStates``), kept before its last message goes out; keyed after ``context``, the
+    ``replay.turn_context`` of the request's last message (``replay.missing_in_body``)."""
 
-    __slots__ = ("replay", "stream", "tenant")
+    __slots__ = ("context", "replay", "stream", "tenant")
 
-    def __init__(self, replay: ReplayStore, tenant: str) -> None:
+    def __init__(self, replay: ReplayStore, tenant: str, context: str) -> None:
         self.replay = replay
         self.tenant = tenant
-        self.stream = StreamStates()
+        self.context = context
+        self.stream = StreamStates(context)
 
     async def __call__(self, body: bytes) -> None:
-        await self._keep(await off_loop(len(body), answer_states, body))
+        await self._keep(await off_loop(len(body), answer_states, body, self.context))
 
     async def stream_ended(self) -> None:
         """Keep what the stream's bytes (``stream.feed``) carried; called before its last message goes out."""

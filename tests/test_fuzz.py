@@ -24,6 +24,8 @@ from numi_mw.core.completion import normalize_completion
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import PROVIDERS, provider_rules
 from numi_mw.core.replay import (
+    NO_CONTEXT,
+    Lookup,
     answer_states,
     has_state,
     is_opaque,
@@ -31,6 +33,7 @@ from numi_mw.core.replay import (
     missing_in_body,
     opaque_state,
     restore,
+    turn_context,
     turn_key,
 )
 from numi_mw.core.request import prepare_request
@@ -515,7 +518,8 @@ replay_message = st.fixed_dictionaries(
 def test_the_replay_core_takes_any_json(messages: Any, stored: Any) -> None:
     keys = missing(messages)
     assert all(isinstance(key, str) and len(key) == 64 for key in keys)
-    assert missing_in_body(json.dumps({"messages": messages}).encode()) == keys
+    context = turn_context(messages[-1]) if isinstance(messages, list) and messages else NO_CONTEXT
+    assert missing_in_body(json.dumps({"messages": messages}).encode()) == Lookup(keys, context)
     for item in messages if isinstance(messages, list) else []:
         value = opaque_state(item)
         assert value is None or isinstance(codec.decoder.decode(value), list)
@@ -527,34 +531,41 @@ def test_the_replay_core_takes_any_json(messages: Any, stored: Any) -> None:
 
 
 def replay_lacking(messages: Any, found: dict[str, bytes]) -> list[Any]:
-    """The assistant turns of ``messages`` without their state whose key ``found`` holds."""
+    """The assistant turns of ``messages`` without their state whose key (after the message before) ``found``
+    holds."""
     if not isinstance(messages, list):
         return []
-    return [m for m in messages if isinstance(m, dict) and not has_state(m) and turn_key(m) in found]
+    befores = [None, *messages][: len(messages)]
+    return [
+        m
+        for m, before in zip(messages, befores, strict=True)
+        if isinstance(m, dict) and not has_state(m) and turn_key(m, turn_context(before)) in found
+    ]
 
 
 @FUZZ
 @given(st.lists(replay_message | json_values, max_size=3) | json_values, json_values)
 def test_answer_states_take_any_answer(messages: Any, extra: Any) -> None:
     body = json.dumps({"choices": [{"message": m} for m in messages] if isinstance(messages, list) else messages})
-    for key, value in answer_states(body.encode()):
+    for key, value in answer_states(body.encode(), NO_CONTEXT):
         assert len(key) == 64 and isinstance(codec.decoder.decode(value), list)
     if not isinstance(extra, dict):
-        assert answer_states(json.dumps(extra).encode()) == []
+        assert answer_states(json.dumps(extra).encode(), NO_CONTEXT) == []
 
 
 @FUZZ
 @given(st.binary(max_size=64))
 def test_the_replay_core_takes_any_bytes(body: bytes) -> None:
-    assert isinstance(answer_states(body), list)
-    assert isinstance(missing_in_body(body), list)
+    assert isinstance(answer_states(body, NO_CONTEXT), list)
+    lookup = missing_in_body(body)
+    assert isinstance(lookup.keys, list) and len(lookup.context) == 64
 
 
 @FUZZ
 @given(st.lists(replay_message | json_values, max_size=3) | json_values, st.sampled_from(sorted(PROVIDERS)))
 def test_the_pipeline_with_restored_state_raises_only_api_errors(messages: Any, provider: str) -> None:
     body = json.dumps({"model": "m", "messages": messages}).encode()
-    found = {key: json.dumps(REPLAY_SIGNED).encode() for key in missing_in_body(body)}
+    found = {key: json.dumps(REPLAY_SIGNED).encode() for key in missing_in_body(body).keys}
     try:
         prepared = prepare_request(body, provider_rules(provider), restored=found)
     except ApiError:

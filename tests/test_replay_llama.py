@@ -31,7 +31,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from benchmarks.loopback import free_port
-from numi_mw.core.replay import credential_scope, turn_key
+from numi_mw.core.replay import credential_scope, turn_context, turn_key
 from numi_mw.replay_store import open_replay_store
 from tests.e2e_support import serving, sidecar
 from tests.llama_model import CONTENT, SERVER_REASONING, llama_server_binary, run_llama_server, write_model
@@ -189,7 +189,7 @@ def test_a_stored_signed_turn_reaches_llama_server_as_a_signed_thinking_block(st
     ]
     dropped = {"role": "assistant", "content": CONTENT}
     store = open_replay_store(f"sqlite:///{stack.store}")
-    key = turn_key(dropped)
+    key = turn_key(dropped, turn_context(QUESTION))  # the turn answered the question
     assert key is not None
     scope = credential_scope({"authorization": f"Bearer {KEY}"})
     assert asyncio.run(store.remember(scope, key, json.dumps(details).encode())) is True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import logging
 import os
 import sqlite3
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 
+from numi_mw.core.replay import answer_states, missing, missing_in_body, restore
 from numi_mw.replay_store import (
     DEFAULT_MAX_VALUE_BYTES,
     DEFAULT_TTL,
@@ -128,6 +130,39 @@ async def test_one_tenant_never_reads_another_tenants_state(kind: Kind) -> None:
     await store.remember("scope-b", "k1", b"[]")
     assert await store.lookup("scope-a", ["k1"]) == {"k1": VALUE}
     assert await store.lookup("scope-b", ["k1"]) == {"k1": b"[]"}
+    await store.aclose()
+
+
+RECORDED_OK = "fixtures/openai-chat/openrouter-claude-4.5-signed-reasoning.buffered.json"
+
+
+def history(first: str) -> list[dict[str, Any]]:
+    """Turn two of a conversation whose user said ``first`` and whose assistant turn ("ok") lost its state."""
+    return [
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "n"},
+    ]
+
+
+async def test_the_same_answer_in_two_conversations_of_one_tenant_is_restored_only_in_its_own(
+    kind: Kind, shared_dir: Path
+) -> None:
+    answer = (shared_dir / RECORDED_OK).read_bytes()  # a signed answer whose content is "ok"
+    details = json.loads(answer)["choices"][0]["message"]["reasoning_details"]
+    store = ReplayStore(kind.backend)
+    turn_one = json.dumps({"model": "m", "messages": [{"role": "user", "content": "secret plan"}]}).encode()
+    keys, context = missing_in_body(turn_one)
+    assert keys == [] and await store.lookup("scope-a", keys) == {}
+    ((key, value),) = answer_states(answer, context)
+    assert await store.remember("scope-a", key, value) is True
+    other = history("a totally different conversation")  # conversation two: a direct connection sends no reasoning
+    found = await store.lookup("scope-a", missing(other))
+    assert found == {} and restore(other, found) == 0 and "reasoning_details" not in other[1]
+    own = history("secret plan")  # conversation one, turn two
+    found = await store.lookup("scope-a", missing(own))
+    assert found == {key: value} and restore(own, found) == 1
+    assert own[1]["reasoning_details"] == details
     await store.aclose()
 
 

@@ -9,7 +9,11 @@ history as on any other (``request.prepare_request``, ``restored=``), so the rou
 provider receives.
 
 - The turn key (``turn_key``): a SHA-256 digest of what identifies an assistant turn when the client sends it
-  back: its tool call ids, in order, else its content (a string, or the text of its text parts).
+  back: its tool call ids, in order, else its content (a string, or the text of its text parts) together with
+  its context (``turn_context``), the message just before it: at store time the last message of the request the
+  answer replies to (``missing_in_body`` gives it with the keys to look up), at restore time the message before
+  the turn in the history. So two conversations whose turns say the same thing after different messages never
+  share a key.
 - The scope (``credential_scope``): a SHA-256 digest of the client's credential (``Authorization``, without a
   ``Bearer`` prefix, else ``x-api-key``), so that one tenant never reads another's state; a request with no
   credential is in ``ANONYMOUS_SCOPE``.
@@ -22,8 +26,8 @@ provider receives.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -44,6 +48,11 @@ needs back (``core.adapters.openai_responses``)."""
 _SCOPE_TAG = b"numi-mw scope\x00"
 _TOOLS_TAG = b"numi-mw turn tool_calls\x00"
 _CONTENT_TAG = b"numi-mw turn content\x00"
+_CONTEXT_TAG = b"numi-mw turn context\x00"
+
+NO_CONTEXT: Final = hashlib.sha256(_CONTEXT_TAG).hexdigest()
+"""The context of an assistant turn with no message before it (the first message of a history, or the answer to a
+request with no messages): ``turn_context(None)``."""
 
 
 def credential_scope(headers: Mapping[str, str]) -> str:
@@ -80,25 +89,71 @@ def _content_text(content: object) -> bytes | None:
     return None
 
 
-def turn_key(message: object) -> str | None:
-    """The key of an assistant turn: the hex SHA-256 digest of its tool call ids (in order) when it has any, else
-    of its content (``_content_text``); ``None`` for anything else (not an assistant message, or one with neither).
+def turn_context(message: object) -> str:
+    """The context of the assistant turn that follows ``message``: the hex SHA-256 digest of the message's role, its
+    ``tool_call_id`` (a tool result's), its tool call ids in order (an assistant turn's) and its content text
+    (``_content_text``: a string, the joined text of text parts, any other array as its JSON), each field that is
+    absent or not of its type taken as empty; ``NO_CONTEXT`` when ``message`` is not an object (``None``: nothing
+    before the turn).
 
-    A tool call id is unique to its turn (the provider makes it); content is not: two turns of one scope with the
-    same content and no tool calls share a key, and the later one's state replaces the earlier one's.
+    Only what a client sends back unchanged goes in: never reasoning, which the client may drop.
+    """
+    if not isinstance(message, dict):
+        return NO_CONTEXT
+    role = message.get("role")
+    call_id = message.get("tool_call_id")
+    fields = [
+        role.encode("utf-8", "surrogateescape") if isinstance(role, str) else b"",
+        call_id.encode("utf-8", "surrogateescape") if isinstance(call_id, str) else b"",
+        _call_ids(message) or b"",
+        _content_text(message.get("content")) or b"",
+    ]
+    return hashlib.sha256(_CONTEXT_TAG + b"\x00".join(fields)).hexdigest()
+
+
+def _call_ids(message: Mapping[str, Any]) -> bytes | None:
+    """The message's nonempty tool call ids, in order, joined by NUL; ``None`` when it has none."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return None
+    ids = [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"]]
+    return "\x00".join(ids).encode("utf-8", "surrogateescape") if ids else None
+
+
+def turn_key(message: object, context: str) -> str | None:
+    """The key of an assistant turn: the hex SHA-256 digest of its tool call ids (in order) when it has any, else
+    of its context and its content (``_content_text``); ``None`` for anything else (not an assistant message, or
+    one with neither).
+
+    Args:
+        message: the assistant message, as the client sends it back or as the answer holds it.
+        context: ``turn_context`` of the message just before it (for an answer, of the request's last message).
+
+    A tool call id is unique to its turn (the provider makes it), so a turn with tool calls is keyed by them alone.
+    Content is not unique ("ok"), so a turn without tool calls is keyed by its content after the message before it:
+    two turns of one scope share a key only when both their content and the message before them are the same.
     """
     if not isinstance(message, dict) or message.get("role") != "assistant":
         return None
-    calls = message.get("tool_calls")
-    if isinstance(calls, list):
-        ids = [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"]]
-        if ids:
-            material = "\x00".join(ids).encode("utf-8", "surrogateescape")
-            return hashlib.sha256(_TOOLS_TAG + material).hexdigest()
+    ids = _call_ids(message)
+    if ids is not None:
+        return hashlib.sha256(_TOOLS_TAG + ids).hexdigest()
     text = _content_text(message.get("content"))
     if text is None:
         return None
-    return hashlib.sha256(_CONTENT_TAG + text).hexdigest()
+    return hashlib.sha256(_CONTENT_TAG + context.encode() + b"\x00" + text).hexdigest()
+
+
+def _lacking(messages: list[Any]) -> Iterator[tuple[dict[str, Any], str]]:
+    """Each assistant turn of ``messages`` that lacks its opaque state (``has_state``) and has a key, with its key
+    (``turn_key``, its context the message before it), in order."""
+    before: object = None
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "assistant" and not has_state(message):
+            key = turn_key(message, turn_context(before))
+            if key is not None:
+                yield message, key
+        before = message
 
 
 def is_opaque(detail: object) -> bool:
@@ -162,10 +217,11 @@ class _Answer(msgspec.Struct, gc=False):
 _answer_decoder = msgspec.json.Decoder(_Answer)
 
 
-def answer_states(body: bytes) -> list[tuple[str, bytes]]:
+def answer_states(body: bytes, context: str) -> list[tuple[str, bytes]]:
     """``(turn key, value)`` for each choice of a buffered chat completion whose message carries opaque state: the
     value is its ``reasoning_details`` exactly as the answer's bytes hold them, the key that of the message as the
-    client sends it back (``turn_key``). Nothing for a body that is not a chat completion."""
+    client sends it back (``turn_key``) after ``context`` (``missing_in_body``'s, the request's last message).
+    Nothing for a body that is not a chat completion."""
     try:
         answer = _answer_decoder.decode(body)
     except (msgspec.DecodeError, RecursionError):
@@ -183,7 +239,7 @@ def answer_states(body: bytes) -> list[tuple[str, bytes]]:
         if not isinstance(details, list) or not any(is_opaque(d) for d in details):
             continue
         role = message.role if message.role is not None else "assistant"
-        key = turn_key({"role": role, "content": message.content, "tool_calls": message.tool_calls})
+        key = turn_key({"role": role, "content": message.content, "tool_calls": message.tool_calls}, context)
         if key is not None:
             out.append((key, raw))
     return out
@@ -197,14 +253,16 @@ class StreamStates:
     anywhere), it gives at the end (``states``) ``(turn key, value)`` for each choice whose assistant message
     carries opaque state: the ``reasoning_details`` rebuilt by spec 004 "From a stream" (``Accumulator`` with
     ``normalize=False``), as JSON bytes, signatures and encrypted data as they came, keyed as the client sends
-    the turn back (``turn_key``). A stream it cannot read (an event over the accumulator's bounds, one that is not
+    the turn back (``turn_key``) after ``context`` (``missing_in_body``'s, the request's last message). A stream
+    it cannot read (an event over the accumulator's bounds, one that is not
     JSON) gives nothing: the answer still goes to the client as it is, it is only not kept.
     """
 
-    __slots__ = ("_accumulator", "_failed")
+    __slots__ = ("_accumulator", "_context", "_failed")
 
-    def __init__(self) -> None:
+    def __init__(self, context: str) -> None:
         self._accumulator = Accumulator(normalize=False)
+        self._context = context
         self._failed = False
 
     def feed(self, data: bytes) -> None:
@@ -229,7 +287,7 @@ class StreamStates:
         for index in sorted(self._accumulator.choices):
             message = self._accumulator.choices[index].message()
             value = opaque_state(message)
-            key = turn_key(message) if value is not None else None
+            key = turn_key(message, self._context) if value is not None else None
             if key is not None and value is not None:
                 out.append((key, value))
         return out
@@ -237,21 +295,32 @@ class StreamStates:
 
 def missing(messages: object) -> list[str]:
     """The keys of the assistant turns of ``messages`` that lack their opaque state (``has_state``), each once, in
-    order; nothing when ``messages`` is not a list."""
+    order of first appearance; nothing when ``messages`` is not a list. Linear in the number of turns."""
     if not isinstance(messages, list):
         return []
     keys: list[str] = []
-    for message in messages:
-        if isinstance(message, dict) and message.get("role") == "assistant" and not has_state(message):
-            key = turn_key(message)
-            if key is not None and key not in keys:
-                keys.append(key)
+    seen: set[str] = set()
+    for _, key in _lacking(messages):
+        if key not in seen:
+            seen.add(key)
+            keys.append(key)
     return keys
+
+
+class Lookup(NamedTuple):
+    """What a shell with a replay store needs of a request (``missing_in_body``)."""
+
+    keys: list[str]
+    """The keys to look up: ``missing`` of the request's messages."""
+    context: str
+    """The context of the request's answer: ``turn_context`` of its last message (``NO_CONTEXT`` when it has none),
+    for ``answer_states`` and ``StreamStates`` to key the answer as the client will send it back."""
 
 
 class _TurnView(msgspec.Struct, gc=False):
     role: Any = None
     content: Any = None
+    tool_call_id: Any = None
     tool_calls: Any = None
     reasoning_details: Any = None
     thinking_blocks: Any = None
@@ -265,18 +334,19 @@ class _BodyView(msgspec.Struct, gc=False):
 _body_decoder = msgspec.json.Decoder(_BodyView)
 
 
-def missing_in_body(body: bytes) -> list[str]:
-    """``missing`` for a request body, read without building the fields it skips; nothing for a body that is not
-    JSON or not of the chat completions shape (the request pipeline then refuses it)."""
+def missing_in_body(body: bytes) -> Lookup:
+    """``missing`` of a request body's messages and the context of its answer (``Lookup``), read in one decode
+    without building the fields they skip; no keys and ``NO_CONTEXT`` for a body that is not JSON or not of the
+    chat completions shape (the request pipeline then refuses it)."""
     try:
         view = _body_decoder.decode(body)
     except (msgspec.DecodeError, RecursionError):
-        return []
+        return Lookup([], NO_CONTEXT)
     messages = [
         {f: getattr(m, f) for f in m.__struct_fields__ if getattr(m, f) is not None} if isinstance(m, _TurnView) else m
         for m in view.messages
     ]
-    return missing(messages)
+    return Lookup(missing(messages), turn_context(messages[-1] if messages else None))
 
 
 def restore(messages: object, found: Mapping[str, bytes]) -> int:
@@ -286,7 +356,8 @@ def restore(messages: object, found: Mapping[str, bytes]) -> int:
         messages: the request's decoded messages (owned by the caller).
         found: stored values by turn key (``missing`` gives the keys to look up).
 
-    A turn that still has its state (``has_state``) is left alone. A restored turn's ``reasoning_details`` is the
+    Each turn is keyed after the message before it in ``messages`` (``turn_key``, ``turn_context``). A turn that
+    still has its state (``has_state``) is left alone. A restored turn's ``reasoning_details`` is the
     stored list (the details the client kept without their state are replaced by the whole list the turn had);
     a stored value that is not a JSON array is skipped.
 
@@ -296,11 +367,8 @@ def restore(messages: object, found: Mapping[str, bytes]) -> int:
     if not isinstance(messages, list) or not found:
         return 0
     count = 0
-    for message in messages:
-        if not isinstance(message, dict) or message.get("role") != "assistant" or has_state(message):
-            continue
-        key = turn_key(message)
-        value = found.get(key) if key is not None else None
+    for message, key in list(_lacking(messages)):
+        value = found.get(key)
         if value is None:
             continue
         try:

@@ -50,7 +50,7 @@ from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_li
 from numi_mw.core.codec import encode
 from numi_mw.core.errors import ApiError, model_not_found
 from numi_mw.core.providers import WireApi, infer_provider, provider_rules
-from numi_mw.core.replay import StreamStates, answer_states, credential_scope, missing_in_body
+from numi_mw.core.replay import NO_CONTEXT, StreamStates, answer_states, credential_scope, missing_in_body
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
 from numi_mw.core.response import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -297,6 +297,7 @@ class _Sidecar:
         path = request.scope.get("raw_path") or request.url.path.encode()
         route: Route | None = None
         scope: str | None = None
+        context = NO_CONTEXT
         restored = 0
         if is_chat_completions(method, request.url.path):
             declared = request.headers.get("content-length")
@@ -307,7 +308,8 @@ class _Sidecar:
             found: dict[str, bytes] | None = None
             if self.replay is not None:  # the turns whose opaque state the client dropped, looked up
                 scope = credential_scope(request.headers)
-                found = await self.replay.lookup(scope, await off_loop(len(body), missing_in_body, body))
+                keys, context = await off_loop(len(body), missing_in_body, body)
+                found = await self.replay.lookup(scope, keys)
             prepared = await off_loop(
                 len(body),
                 partial(prepare_request, headers=request.headers, max_body_bytes=self.max_body_bytes, restored=found),
@@ -337,7 +339,7 @@ class _Sidecar:
         url = target_url(provider.base_url, path, request.scope.get("query_string", b""))
         request_out = self.client.build_request(method, url, headers=headers, content=content)
         note_upstream(provider.name, route.wire_api if route is not None else provider.wire_api, route)
-        return _Call(request_out, options, adjustments, isinstance(content, bytes), scope, restored)
+        return _Call(request_out, options, adjustments, isinstance(content, bytes), scope, restored, context)
 
     async def answer(self, upstream: httpx.Response, call: _Call) -> Response:
         """The client's response for the upstream's: rewritten when the call has response options and
@@ -370,13 +372,13 @@ class _Sidecar:
                 size, whole_answer, rewriter, upstream.status_code, raw, _DROP_REWRITTEN | connection_tokens(raw)
             )
             if call.scope is not None and 200 <= status < 300:
-                await self._remember(call.scope, body)
+                await self._remember(call.scope, call.context, body)
             plain = Response(body, status_code=status)
             plain.raw_headers = headers + extra
             return plain
         chunks = relay(upstream, rewriter)
         if rewriter is not None and call.scope is not None:
-            chunks = _remember_stream(self.replay, call.scope, chunks)
+            chunks = _remember_stream(self.replay, call.scope, call.context, chunks)
         response = StreamingResponse(
             chunks, status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
         )
@@ -384,26 +386,31 @@ class _Sidecar:
         response.raw_headers += extra
         return response
 
-    async def _remember(self, scope: str, body: bytes) -> None:
+    async def _remember(self, scope: str, context: str, body: bytes) -> None:
         """Keep the opaque state of each choice of a buffered chat completion (``replay.answer_states``: the
-        message's ``reasoning_details`` as the answer holds them, keyed by the turn as the client sends it back)."""
+        message's ``reasoning_details`` as the answer holds them, keyed by the turn as the client sends it back
+        after the request's last message, whose ``replay.turn_context`` is ``context``)."""
         assert self.replay is not None
-        for key, value in await off_loop(len(body), answer_states, body):
+        for key, value in await off_loop(len(body), answer_states, body, context):
             await self.replay.remember(scope, key, value)
 
 
-def _remember_stream(replay: ReplayStore | None, scope: str, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The client's stream, with a replay store: as it goes, each chunk feeds a ``replay.StreamStates``, and the
+def _remember_stream(
+    replay: ReplayStore | None, scope: str, context: str, chunks: AsyncIterator[bytes]
+) -> AsyncIterator[bytes]:
+    """The client's stream, with a replay store: as it goes, each chunk feeds a ``replay.StreamStates`` (keyed
+    after ``context``, the ``replay.turn_context`` of the request's last message), and the
     opaque state of its choices is kept before the chunk that ends the stream (``data: [DONE]``) goes out, so that
     the client's next turn finds it (as ``_Sidecar._remember`` keeps a buffered answer's before it goes out). A
     stream that ends without ``[DONE]`` (an upstream break) is kept when it ends."""
     if replay is None:
         return chunks
-    return _kept_stream(replay, scope, chunks)
+    return _kept_stream(replay, scope, StreamStates(context), chunks)
 
 
-async def _kept_stream(replay: ReplayStore, scope: str, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    states = StreamStates()
+async def _kept_stream(
+    replay: ReplayStore, scope: str, states: StreamStates, chunks: AsyncIterator[bytes]
+) -> AsyncIterator[bytes]:
     kept = False
     async for chunk in chunks:
         if not kept:
@@ -487,7 +494,8 @@ def _serves_route(method: str, path: str) -> bool:
 class _Call(NamedTuple):
     """One upstream call: the request, the response options when its answer is rewritten, the adjustments,
     whether its body can be sent again (bytes, not a stream the client is still sending), the client's credential
-    scope when a replay store keeps its answer, and how many turns the store restored."""
+    scope when a replay store keeps its answer, how many turns the store restored, and the context its answer is
+    kept under (``replay.missing_in_body``)."""
 
     request: httpx.Request
     options: ResponseOptions | None
@@ -495,6 +503,7 @@ class _Call(NamedTuple):
     replayable: bool
     scope: str | None = None
     restored: int = 0
+    context: str = NO_CONTEXT
 
 
 async def _send(client: httpx.AsyncClient, call: _Call) -> httpx.Response:
