@@ -311,3 +311,31 @@ async def test_the_middleware_keeps_a_streamed_answer(shared_dir: Path, tmp_path
     sent = json.loads(received[-1])["messages"][1]["reasoning_details"]
     signatures = [d["signature"] for d in details if d.get("signature")]
     assert signatures and [d.get("signature") for d in sent if d.get("signature")] == signatures
+
+
+async def test_a_stream_whose_text_mentions_done_is_kept_at_its_real_end(tmp_path: Path) -> None:
+    """A reasoning text that quotes ``data: [DONE]`` (an answer about SSE) is no end of the stream: the turn is
+    kept when the stream's own ``[DONE]`` event goes out, with its whole content."""
+    from numi_mw.core.replay import StreamStates, turn_context, turn_key
+    from numi_mw.proxy.app import _kept_stream
+    from numi_mw.replay_store import open_replay_store
+
+    detail = {"type": "reasoning.text", "text": 'SSE ends with "data: [DONE]"', "signature": "c2lnbmVk", "index": 0}
+    first = {"choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_details": [detail]}}]}
+    second = {"choices": [{"index": 0, "delta": {"content": "It ends with [DONE]."}, "finish_reason": "stop"}]}
+    chunks = [b"data: " + json.dumps(first).encode() + b"\n\n", b"data: " + json.dumps(second).encode() + b"\n\n"]
+    chunks.append(b"data: [DONE]\n\n")
+
+    async def upstream() -> Any:
+        for chunk in chunks:
+            yield chunk
+
+    question = {"role": "user", "content": "How does SSE end?"}
+    store = open_replay_store(f"sqlite:///{tmp_path}/replay.db")
+    relayed = [c async for c in _kept_stream(store, "scope-a", StreamStates(turn_context(question)), upstream())]
+    assert relayed == chunks
+    key = turn_key({"role": "assistant", "content": "It ends with [DONE]."}, turn_context(question))
+    assert key is not None
+    found = await store.lookup("scope-a", [key])
+    assert json.loads(found[key]) == [detail]
+    await store.aclose()

@@ -305,6 +305,8 @@ class Accumulator:
         usage: the last ``usage`` that was not ``null``, as sent (chat completions' form; a native answer's usage
             as its adapter translates it), or ``None``.
         chunks: how many chunks (decoded JSON values) it was fed, with those of an SSE stream.
+        done: whether an SSE stream's ``data: [DONE]`` event has been fed (the stream's end, for a chat
+            completions stream).
     """
 
     __slots__ = (
@@ -317,6 +319,7 @@ class Accumulator:
         "bounds",
         "choices",
         "chunks",
+        "done",
         "normalize",
         "think",
         "usage",
@@ -340,6 +343,7 @@ class Accumulator:
         self.choices: dict[int, AccumulatedChoice] = {}
         self.usage: Any = None
         self.chunks = 0
+        self.done = False
         self._held = 0
         self._finished = False
         self._adapter = WIRE_APIS.get(wire_api)
@@ -473,6 +477,7 @@ class Accumulator:
     def _data(self, data: bytes) -> None:
         """Take one SSE event's data (``[DONE]`` is skipped)."""
         if data == b"[DONE]":
+            self.done = True
             return
         value = decode_lenient(data)  # NaN and lone surrogates included, as the sidecar reads them
         if value is UNDECODABLE:

@@ -265,14 +265,17 @@ class StreamStates:
         self._context = context
         self._failed = False
 
-    def feed(self, data: bytes) -> None:
-        """Take the next bytes of the stream (any split)."""
+    def feed(self, data: bytes) -> bool:
+        """Take the next bytes of the stream (any split); ``True`` once its ``data: [DONE]`` event has been taken
+        (the stream's end: ``states`` can be read)."""
         if self._failed:
-            return
+            return False
         try:
             self._accumulator.feed_sse(data)
         except ApiError:
             self._failed = True
+            return False
+        return self._accumulator.done
 
     def states(self) -> list[tuple[str, bytes]]:
         """``(turn key, value)`` for each choice with opaque state, in choice order; call once the stream has

@@ -413,20 +413,14 @@ async def _kept_stream(
 ) -> AsyncIterator[bytes]:
     kept = False
     async for chunk in chunks:
-        if not kept:
-            states.feed(chunk)
-            if _DONE in chunk:
-                kept = True
-                for key, value in states.states():
-                    await replay.remember(scope, key, value)
+        if not kept and states.feed(chunk):  # the chunk holds the stream's data: [DONE] event
+            kept = True
+            for key, value in states.states():
+                await replay.remember(scope, key, value)
         yield chunk
     if not kept:
         for key, value in states.states():
             await replay.remember(scope, key, value)
-
-
-_DONE = b"data: [DONE]"
-"""The event that ends a chat completions stream numi_mw writes."""
 
 
 class _ClientWatch:
