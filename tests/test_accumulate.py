@@ -371,6 +371,31 @@ def test_think_tags_in_content_become_reasoning() -> None:
     assert (accumulator.choices[0].reasoning, accumulator.choices[0].content) == ("Hm.", "Hi.")
 
 
+@pytest.mark.parametrize("normalize", [True, False])
+def test_one_delta_with_two_text_fragments_shows_their_text_once(normalize: bool) -> None:
+    # the normalizer splits the delta in two (one entry per detail per delta); each part's reasoning is its own text
+    text = [{"type": "reasoning.text", "text": "a"}, {"type": "reasoning.text", "text": "b"}]
+    accumulator = Accumulator(normalize=normalize)
+    accumulator.feed_sse(
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_details":' + json.dumps(text).encode() + b"}}]}\n\n"
+        b'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    )
+    accumulator.finish()
+    index = {"index": 0} if normalize else {}
+    assert accumulator.message() == {
+        "role": "assistant",
+        "content": "x",
+        "reasoning": "ab",
+        "reasoning_details": [{"type": "reasoning.text", "text": "ab", **index}],
+    }
+    # the buffered answer with the same details shows the same text (its details as returned)
+    buffered = Accumulator(normalize=normalize)
+    buffered.feed_completion(
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": "x", "reasoning_details": text}}]}
+    )
+    assert buffered.choices[0].reasoning == "ab"
+
+
 # --- refusals and bounds ---------------------------------------------------------------------------------------------
 
 
