@@ -354,6 +354,22 @@ def test_unknown_fields_keep_their_last_value_and_choices_stay_apart() -> None:
     assert accumulator.chunks == 4
 
 
+def test_tool_call_arguments_that_are_not_a_string_merge_as_openai_python_merges_them() -> None:
+    # openai-python's accumulate_delta keeps the value it has when the next one is of another type
+    def arguments(*parts: Any) -> Any:
+        accumulator = Accumulator()
+        for part in parts:
+            accumulator.feed_chunk(
+                chunk({"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": part}}]}})
+            )
+        accumulator.finish()
+        return accumulator.message()["tool_calls"]
+
+    assert arguments(5, "x") == [{"function": {"arguments": 5}}]
+    assert arguments("x", 5, "y") == [{"function": {"arguments": "xy"}}]
+    assert arguments(None, {"a": 1}, "x") == [{"function": {"arguments": {"a": 1}}}]
+
+
 def test_a_refusal_is_its_own_text() -> None:
     accumulator = Accumulator()
     for part in ("I can", "not."):
@@ -369,6 +385,31 @@ def test_think_tags_in_content_become_reasoning() -> None:
         accumulator.feed_chunk(chunk({"index": 0, "delta": {"content": part}}))
     accumulator.finish()
     assert (accumulator.choices[0].reasoning, accumulator.choices[0].content) == ("Hm.", "Hi.")
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_one_delta_with_two_text_fragments_shows_their_text_once(normalize: bool) -> None:
+    # the normalizer splits the delta in two (one entry per detail per delta); each part's reasoning is its own text
+    text = [{"type": "reasoning.text", "text": "a"}, {"type": "reasoning.text", "text": "b"}]
+    accumulator = Accumulator(normalize=normalize)
+    accumulator.feed_sse(
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_details":' + json.dumps(text).encode() + b"}}]}\n\n"
+        b'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    )
+    accumulator.finish()
+    index = {"index": 0} if normalize else {}
+    assert accumulator.message() == {
+        "role": "assistant",
+        "content": "x",
+        "reasoning": "ab",
+        "reasoning_details": [{"type": "reasoning.text", "text": "ab", **index}],
+    }
+    # the buffered answer with the same details shows the same text (its details as returned)
+    buffered = Accumulator(normalize=normalize)
+    buffered.feed_completion(
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": "x", "reasoning_details": text}}]}
+    )
+    assert buffered.choices[0].reasoning == "ab"
 
 
 # --- refusals and bounds ---------------------------------------------------------------------------------------------
@@ -428,6 +469,50 @@ def test_a_completion_that_is_not_one_is_refused() -> None:
 def test_an_unknown_wire_api_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="wire_api must be one of"):
         Accumulator(wire_api="grpc")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"think": "yes"}, "think must be None or a ThinkTags, not 'yes'"),
+        ({"normalize": "no"}, "normalize must be True or False, not 'no'"),
+        ({"normalize": 1}, "normalize must be True or False, not 1"),
+        ({"bounds": 5}, "bounds must be a numi_mw.core.response.Bounds, not 5"),
+    ],
+)
+def test_an_option_of_the_wrong_kind_is_a_value_error_at_construction(option: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        Accumulator(**option)
+    assert str(info.value) == message
+
+
+def test_feed_sse_takes_bytes_only() -> None:
+    accumulator = Accumulator()
+    with pytest.raises(TypeError) as info:
+        accumulator.feed_sse('data: {"choices":[]}\n\n')  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "feed_sse takes the stream's bytes, not str; a decoded chunk goes to feed_chunk, text to "
+        "feed_sse(text.encode())"
+    )
+    assert accumulator.chunks == 0
+    accumulator.feed_sse(bytearray(b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'))
+    accumulator.feed_sse(memoryview(b'data: {"choices":[{"index":0,"delta":{"content":"b"}}]}\n\n'))
+    accumulator.finish()
+    assert accumulator.message() == {"role": "assistant", "content": "ab"}
+
+
+def test_message_of_an_answer_without_that_choice_is_a_key_error() -> None:
+    empty = Accumulator()
+    empty.feed_completion({"choices": []})
+    with pytest.raises(KeyError) as info:
+        empty.message()
+    assert info.value.args == ("the answer has no choice 0 (choices: [])",)
+    odd = Accumulator()
+    odd.feed_completion({"choices": [{"index": 0, "message": "x"}, {"index": 1, "message": {"content": "B"}}]})
+    with pytest.raises(KeyError) as info:
+        odd.message()
+    assert info.value.args == ("the answer has no choice 0 (choices: [1])",)
+    assert odd.message(1) == {"content": "B"}
 
 
 # --- the openai SDK's stream -----------------------------------------------------------------------------------------

@@ -8,12 +8,12 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from numi_mw.core import chunks as chunks_module
 from numi_mw.core.chunks import ChunkNormalizer
-from numi_mw.core.details import rebuild_reasoning_details
+from numi_mw.core.details import rebuild_reasoning_details, visible_text
 from numi_mw.core.think import ThinkStart, ThinkTags
 from tests.response_support import client_view, rewrite, sse_chunks
 
@@ -712,8 +712,116 @@ def test_two_entries_of_one_detail_never_share_a_delta() -> None:
     assert view.sdk2_message["reasoning_details"] == expected
 
 
+_TEXT_A: dict[str, Any] = {"type": "reasoning.text", "text": "a"}
+_TEXT_B: dict[str, Any] = {"type": "reasoning.text", "text": "b"}
+_TEXT_C: dict[str, Any] = {"type": "reasoning.text", "text": "c"}
+_ENC: dict[str, Any] = {"type": "reasoning.encrypted", "data": "ENC_1"}
+
+
+def test_each_split_delta_carries_the_reasoning_of_its_own_entries() -> None:
+    # one upstream delta with two text fragments: rule 1 makes them one detail, so they go out in two deltas
+    # (one entry per detail per delta), each with its own text as delta.reasoning, never the whole text on the
+    # first and again in the second's entry
+    body = data(chunk({"reasoning_details": [_TEXT_A, _TEXT_B]})) + data(chunk({"content": "x"}, "stop"))
+    chunks = sse_chunks(rewrite(body))
+    assert chunks == [
+        chunk({"reasoning_details": [{"type": "reasoning.text", "text": "a", "index": 0}], "reasoning": "a"}),
+        chunk({"reasoning": "b", "reasoning_details": [{"type": "reasoning.text", "text": "b", "index": 0}]}),
+        chunk({"reasoning": None, "reasoning_details": []}),
+        chunk({"content": "x"}, "stop"),
+    ]
+    view = client_view(chunks)
+    assert view.reasoning == "ab"
+    assert rebuild_reasoning_details(view.entries) == [{"type": "reasoning.text", "text": "ab", "index": 0}]
+
+
+def test_three_fragments_of_one_detail_give_three_deltas_of_their_own_text() -> None:
+    body = data(chunk({"reasoning": "abc", "reasoning_details": [_TEXT_A, _TEXT_B, _TEXT_C]}))
+    chunks = sse_chunks(rewrite(body + b"data: [DONE]\n\n"))
+    assert chunks == [
+        chunk({"reasoning": "a", "reasoning_details": [{"type": "reasoning.text", "text": "a", "index": 0}]}),
+        chunk({"reasoning": "b", "reasoning_details": [{"type": "reasoning.text", "text": "b", "index": 0}]}),
+        chunk({"reasoning": "c", "reasoning_details": [{"type": "reasoning.text", "text": "c", "index": 0}]}),
+        chunk({"reasoning": None, "reasoning_details": []}),
+    ]
+    assert client_view(chunks).reasoning == "abc"
+
+
+def test_a_split_delta_with_an_encrypted_detail_between_texts_shows_each_text_once() -> None:
+    # a, b: one text detail (two deltas); the encrypted detail and c, a new text detail after it, share the
+    # second delta with b; its reasoning is the text of its entries, "bc"; the encrypted data goes byte for byte
+    body = data(chunk({"reasoning_details": [_TEXT_A, _TEXT_B, _ENC, _TEXT_C]})) + data(chunk({"content": "x"}))
+    chunks = sse_chunks(rewrite(body))
+    assert chunks == [
+        chunk({"reasoning_details": [{"type": "reasoning.text", "text": "a", "index": 0}], "reasoning": "a"}),
+        chunk(
+            {
+                "reasoning": "bc",
+                "reasoning_details": [
+                    {"type": "reasoning.text", "text": "b", "index": 0},
+                    {"type": "reasoning.encrypted", "data": "ENC_1", "index": 1},
+                    {"type": "reasoning.text", "text": "c", "index": 2},
+                ],
+            }
+        ),
+        chunk({"reasoning": None, "reasoning_details": []}),
+        chunk({"content": "x"}),
+    ]
+    view = client_view(chunks)
+    assert view.reasoning == "abc"
+    assert rebuild_reasoning_details(view.entries) == [
+        {"type": "reasoning.text", "text": "ab", "index": 0},
+        {"type": "reasoning.encrypted", "data": "ENC_1", "index": 1},
+        {"type": "reasoning.text", "text": "c", "index": 2},
+    ]
+
+
+def test_a_delta_whose_entries_show_no_text_carries_no_reasoning() -> None:
+    # text a with a format, then an encrypted detail, then text b: the held format of a goes out before the
+    # encrypted detail, in the second delta, which shows only b's text
+    fmt = {"format": "anthropic-claude-v1"}
+    body = data(chunk({"reasoning_details": [{**_TEXT_A, **fmt}, _ENC, {**_TEXT_B, **fmt}]}))
+    body += data(chunk({"reasoning_details": [_TEXT_A, {"type": "reasoning.text", "signature": "SIG"}]}))
+    chunks = sse_chunks(rewrite(body + b"data: [DONE]\n\n"))
+    assert chunks == [
+        chunk({"reasoning_details": [{"type": "reasoning.text", "text": "a", "index": 0}], "reasoning": "a"}),
+        chunk(
+            {
+                "reasoning": "b",
+                "reasoning_details": [
+                    {"type": "reasoning.text", "format": "anthropic-claude-v1", "index": 0},
+                    {"type": "reasoning.encrypted", "data": "ENC_1", "index": 1},
+                    {"type": "reasoning.text", "text": "b", "index": 2},
+                ],
+            }
+        ),
+        chunk({"reasoning_details": [{"type": "reasoning.text", "text": "a", "index": 2}], "reasoning": "a"}),
+        chunk(
+            {
+                "reasoning_details": [
+                    {"type": "reasoning.text", "signature": "SIG", "format": "anthropic-claude-v1", "index": 2}
+                ]
+            }
+        ),
+        chunk({"reasoning": None, "reasoning_details": []}),
+    ]
+    view = client_view(chunks)
+    assert view.reasoning == "aba"
+    assert rebuild_reasoning_details(view.entries) == [
+        {"type": "reasoning.text", "text": "a", "index": 0, "format": "anthropic-claude-v1"},
+        {"type": "reasoning.encrypted", "data": "ENC_1", "index": 1},
+        {"type": "reasoning.text", "text": "ba", "index": 2, "signature": "SIG", "format": "anthropic-claude-v1"},
+    ]
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_CHOICE, min_size=1, max_size=8))
+@example(  # one delta, two text fragments of one detail (the case test_each_split_delta_... spells out)
+    [
+        {"index": 0, "delta": {"reasoning_details": [_TEXT_A, _TEXT_B]}, "finish_reason": None},
+        {"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"},
+    ]
+)
 def test_every_sdk_merge_arrives_at_the_spec_rebuild(choices: list[dict[str, Any]]) -> None:
     body = b"".join(data({"id": "x", "choices": [choice]}) for choice in choices)
     chunks = sse_chunks(rewrite(body))
@@ -721,7 +829,11 @@ def test_every_sdk_merge_arrives_at_the_spec_rebuild(choices: list[dict[str, Any
         for choice in sent["choices"]:
             indexes = [e["index"] for e in choice["delta"].get("reasoning_details") or [] if isinstance(e, dict)]
             assert len(indexes) == len(set(indexes)), choice  # one entry per detail per delta
+            delta = choice["delta"]
+            if isinstance(delta.get("reasoning"), str):  # the fragment's text, once (docs/streaming.md, "Streams")
+                assert delta["reasoning"] == visible_text(delta.get("reasoning_details") or []), choice
     view = client_view(chunks)
+    assert view.reasoning == visible_text(view.entries)
     rebuilt = rebuild_reasoning_details(view.entries)
     assert view.sdk_message.get("reasoning_details", []) == rebuilt
     assert view.sdk2_message.get("reasoning_details", []) == rebuilt

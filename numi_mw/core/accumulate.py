@@ -108,7 +108,10 @@ class AccumulatedChoice:
         """The tool calls (new dicts), in the order of their ``index``: each stream entry of one ``index`` merged
         as the openai SDK merges them (``function.arguments`` concatenated), except that ``id``, ``type`` and
         ``function.name`` are taken once (the first non-empty value: some servers repeat them on every entry) and
-        any other field keeps its first non-null value. ``index`` itself is not kept: it is no message field."""
+        any other field keeps its first non-null value. ``index`` itself is not kept: it is no message field.
+        ``function.arguments`` that is not a string (the API reference makes it one) merges as openai-python's
+        ``accumulate_delta`` merges values of different types: the first non-null value stays, and a value of
+        another type after it is not added (``5`` then ``"x"`` stays ``5``; ``"x"`` then ``5`` stays ``"x"``)."""
         if self._message is not None:
             calls = self._message.get("tool_calls")
             return copy.deepcopy(calls) if isinstance(calls, list) else []
@@ -246,8 +249,10 @@ class AccumulatedChoice:
                         continue
                     for name, part in value.items():
                         if name == "arguments" and isinstance(part, str):
-                            function["arguments"] = _appended(function.get("arguments"), part)
-                            added += len(part)
+                            so_far = function.get("arguments")
+                            if so_far is None or isinstance(so_far, list):  # (a list: the string parts so far)
+                                function["arguments"] = _appended(so_far, part)
+                                added += len(part)
                         elif part is not None and part != "" and function.get(name) in (None, ""):
                             function[name] = part
                 elif value is not None and value != "" and merged.get(key) in (None, ""):
@@ -297,7 +302,8 @@ class Accumulator:
             ``summary``, ``signature`` and ``data``); 16 MiB and 64 MiB by default (``core.response.Bounds``).
 
     Raises:
-        ValueError: for a ``wire_api`` numi_mw does not speak.
+        ValueError: for a ``wire_api`` numi_mw does not speak, a ``think`` that is neither ``None`` nor a
+            ``ThinkTags``, a ``normalize`` that is not a ``bool``, or ``bounds`` that are not a ``Bounds``.
 
     Attributes:
         choices: the choices so far by their ``index`` (``AccumulatedChoice``), at most
@@ -336,6 +342,12 @@ class Accumulator:
     ) -> None:
         if wire_api not in WIRE_API_NAMES:
             raise ValueError(f"wire_api must be one of {', '.join(WIRE_API_NAMES)}, not {wire_api!r}")
+        if think is not None and not isinstance(think, ThinkTags):
+            raise ValueError(f"think must be None or a ThinkTags, not {think!r}")
+        if type(normalize) is not bool:
+            raise ValueError(f"normalize must be True or False, not {normalize!r}")
+        if not isinstance(bounds, Bounds):
+            raise ValueError(f"bounds must be a numi_mw.core.response.Bounds, not {bounds!r}")
         self.wire_api = wire_api
         self.think = think
         self.normalize = normalize
@@ -355,9 +367,14 @@ class Accumulator:
         """``choices[index].message()``: the assistant message to store (``AccumulatedChoice.message``).
 
         Raises:
-            KeyError: when the answer has no choice ``index``.
+            KeyError: when the answer has no choice ``index`` (nothing fed yet, a buffered answer whose
+                ``choices`` is empty or holds no message object for it, a stream whose chunks never named it);
+                ``choices`` lists the ones it has.
         """
-        return self.choices[index].message()
+        state = self.choices.get(index)
+        if state is None:
+            raise KeyError(f"the answer has no choice {index!r} (choices: {sorted(self.choices)})")
+        return state.message()
 
     def feed_chunk(self, chunk: Any) -> None:
         """Take one chunk of a stream: a decoded ``chat.completion.chunk`` (a dict, e.g. openai-python's
@@ -385,10 +402,23 @@ class Accumulator:
     def feed_sse(self, data: bytes) -> None:
         """Take the next bytes of an SSE stream (split anywhere); comments and ``data: [DONE]`` are skipped.
 
+        Args:
+            data: ``bytes`` (or ``bytearray`` / ``memoryview``), as read from the wire; SSE is UTF-8
+                (WHATWG HTML, "Server-sent events").
+
         Raises:
+            TypeError: when ``data`` is not bytes (a ``str`` included: encode it, ``text.encode()``); nothing
+                is taken.
             ApiError: as ``feed_chunk``; 400 ``invalid_json`` for an event whose data is not JSON; 502
                 ``upstream_unavailable`` for an event over ``bounds.max_event_bytes``.
         """
+        if not isinstance(data, bytes):
+            if not isinstance(data, bytearray | memoryview):
+                raise TypeError(
+                    f"feed_sse takes the stream's bytes, not {type(data).__name__}; a decoded chunk goes to "
+                    "feed_chunk, text to feed_sse(text.encode())"
+                )
+            data = bytes(data)
         decoder = self._decoder
         if decoder is None:
             decoder = self._decoder = SSEDecoder(self.bounds.max_event_bytes)

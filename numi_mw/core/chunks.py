@@ -6,7 +6,8 @@ returns the chunks the client receives:
 - A visible reasoning fragment from any source field (``delta.reasoning``, ``delta.reasoning_content``,
   ``reasoning.text`` / ``reasoning.summary`` details, or reasoning tags inside ``delta.content``) goes out as
   ``delta.reasoning`` plus one entry in ``delta.reasoning_details`` carrying the same text, never a second
-  copy. Plain reasoning (no detail from the provider) becomes a ``reasoning.text`` entry with format
+  copy (a delta split so that it carries one entry per detail gives each part the text of its own entries,
+  ``_apart``). Plain reasoning (no detail from the provider) becomes a ``reasoning.text`` entry with format
   ``unknown``. ``delta.reasoning_content`` is removed (its text is in ``delta.reasoning``).
 - Every streamed detail entry carries an integer ``index``: the position of the detail it belongs to in the
   spec's rebuild ("From a stream"), the same on every entry of one detail. Each field appears once per detail,
@@ -841,7 +842,12 @@ def _apart(delta: dict[str, Any]) -> list[dict[str, Any]]:
     by current openai SDKs alike, but older SDKs (2.x) take a delta's first list of entries as it is, without
     merging by ``index``, and then merge later entries into the wrong detail. Each entry after a repeated index
     goes out in a delta of its own (the other fields stay with the first), so every client sees one entry per
-    detail per chunk (``docs/streaming.md``).
+    detail per chunk (``docs/streaming.md``). Each of those deltas keeps the promise of a reasoning fragment
+    (spec 004 "Streaming": ``delta.reasoning`` for display, the details to rebuild): its ``reasoning`` is the
+    visible text of its own entries (``details.visible_text``), and a delta whose entries show no text carries
+    no ``reasoning``, so that joining ``reasoning`` over the stream gives the details' text once. (A
+    ``reasoning`` that is not the visible text of all the entries, which the normalizer never makes, stays on
+    the first delta.)
     """
     details = delta.get("reasoning_details")
     if not isinstance(details, list) or len(details) < 2:
@@ -860,7 +866,18 @@ def _apart(delta: dict[str, Any]) -> list[dict[str, Any]]:
             seen.add(index)
     if len(groups) == 1:
         return [delta]
-    return [{**delta, "reasoning_details": groups[0]}, *({"reasoning_details": group} for group in groups[1:])]
+    reasoning = delta.get("reasoning")
+    texts = [visible_text(group) for group in groups]
+    if type(reasoning) is not str or reasoning != "".join(texts):
+        return [{**delta, "reasoning_details": groups[0]}, *({"reasoning_details": group} for group in groups[1:])]
+    first = {**delta, "reasoning": texts[0], "reasoning_details": groups[0]}
+    if not texts[0]:
+        del first["reasoning"]
+    rest = [
+        {"reasoning": text, "reasoning_details": group} if text else {"reasoning_details": group}
+        for text, group in zip(texts[1:], groups[1:], strict=True)
+    ]
+    return [first, *rest]
 
 
 def tool_call_id(envelope: Any, index: int) -> str:
