@@ -137,6 +137,11 @@ def reference(
                 block += ch
             elif state == "header":
                 header += ch
+                if len(header) > HARMONY_HEADER_CHARS:  # too long to be a header: it was content, and so is
+                    for marker in H_MARKERS:  # what follows, read as content
+                        header = header.replace(marker, "")
+                    put("content", header)
+                    state, header = "content", ""
             else:
                 put(body, ch)
             continue
@@ -905,3 +910,13 @@ def test_recorded_buffered_content(shared_dir: Path, name: str) -> None:
     assert [kind for kind, _ in pieces] == ["reasoning", "content"]
     assert content.startswith("<think>\n" + pieces[0][1] + "</think>\n")
     assert content.endswith(pieces[1][1])
+
+
+def test_a_header_past_its_bound_is_content_from_its_bound_on_however_the_feeds_are_cut() -> None:
+    """Text after a harmony marker stops being a header at the character past ``HARMONY_HEADER_CHARS``; from there
+    it is read as content (a tag in it is a tag), the same in one feed and cut anywhere."""
+    text = "<|channel|>" + "x" * 300 + "<think>"
+    expected = [("content", "x" * 300)]  # the header's text, markers dropped; the trailing <think> opens nothing
+    assert run(text, lookahead_chars=0) == expected
+    assert run(text[:-7], text[-7:], lookahead_chars=0) == expected
+    assert run(*text, lookahead_chars=0) == expected  # one character per feed

@@ -47,7 +47,8 @@ characters: a closing tag within them makes the held text reasoning (the end of 
 opening tag or anything longer makes it content.
 
 gpt-oss harmony (``harmony=True``): ``<|channel|>`` or ``<|start|>`` begins a message header that runs to
-``<|message|>`` (at most ``HARMONY_HEADER_CHARS`` characters, else it was not a header: its text is content);
+``<|message|>`` (at most ``HARMONY_HEADER_CHARS`` characters, else it was not a header: its text is content, and
+the text after its bound is read as content, wherever the feeds are cut);
 the message body runs to ``<|end|>``, ``<|return|>`` or ``<|call|>``, or to the next header. The ``analysis``
 channel is reasoning; ``final`` and ``commentary`` without a recipient (a preamble) are content; a message to
 ``functions.NAME`` is a tool call: a ``("tool_call", NAME)`` piece, then its body as ``("tool_arguments",
@@ -423,6 +424,15 @@ class ThinkSplitter:
                     nexts[trigger] = j
                 if j != -1 and (i == -1 or j < i):
                     i = j
+            if self._state == _S_HEADER:  # a header ends being one at its bound's next character, wherever the
+                room = HARMONY_HEADER_CHARS - len(self._header)  # feeds are cut: from there the text is content
+                end = n if i == -1 else i
+                if end - pos > room:
+                    cut = pos + room + 1
+                    self._header += text[pos:cut]
+                    self._abandon_header(out)
+                    pos = search = cut
+                    continue
             if i == -1:
                 break
             tag = ""
