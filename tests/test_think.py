@@ -146,11 +146,6 @@ def reference(
                 put(body, ch)
             continue
         i += len(tag)
-        if state == "header" and len(header) > HARMONY_HEADER_CHARS:
-            for marker in H_MARKERS:
-                header = header.replace(marker, "")
-            put("content", header)
-            state, header = "content", ""
         if state in ("content", "lead"):
             if tag in OPENS or tag in H_OPENERS:
                 if state == "lead":
@@ -208,10 +203,6 @@ def reference(
             state, header = "header", tag if tag == "<|channel|>" else ""
     if state == "lead":
         put("content", lead)
-    elif state == "header" and len(header) > HARMONY_HEADER_CHARS:  # too long to be a header: it was content
-        for marker in H_MARKERS:
-            header = header.replace(marker, "")
-        put("content", header)
     elif state in ("block", "implicit"):
         reasoning = block.removeprefix("\n") if strip_nl else block
         if reasoning.strip(WS):
@@ -920,3 +911,15 @@ def test_a_header_past_its_bound_is_content_from_its_bound_on_however_the_feeds_
     assert run(text, lookahead_chars=0) == expected
     assert run(text[:-7], text[-7:], lookahead_chars=0) == expected
     assert run(*text, lookahead_chars=0) == expected  # one character per feed
+
+
+def test_a_partial_tag_at_the_end_that_takes_a_header_past_its_bound_is_content() -> None:
+    """A stream that ends inside a tag (``<|mess``) after a header of 254 characters: those characters take the
+    header past its bound, so it was no header and its text, the partial tag included, is content."""
+    text = "<|start|>" + "x" * 254 + "<|mess"
+    expected = [("content", "x" * 254 + "<|mess")]
+    assert reference(text, lookahead_chars=0, switch_chars=0) == expected
+    assert run(text, lookahead_chars=0) == expected
+    assert run(text[:-3], text[-3:], lookahead_chars=0) == expected
+    short = "<|start|>" + "x" * 100 + "<|mess"  # within the bound: an unfinished header, dropped
+    assert run(short, lookahead_chars=0) == [] == reference(short, lookahead_chars=0, switch_chars=0)

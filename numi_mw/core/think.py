@@ -387,6 +387,8 @@ class ThinkSplitter:
         self._pending = ""
         if pending:
             self._emit(out, pending)
+            if self._state == _S_HEADER and len(self._header) > HARMONY_HEADER_CHARS:
+                self._abandon_header(out)  # the partial tag took the header past its bound: it was content
         if self._state == _S_LEAD:
             self._release_lead(out)
         out = self._settle(out)
@@ -463,8 +465,6 @@ class ThinkSplitter:
             bound = self._lookahead if self._lead_kind == _LEAD_AUTO else self._switch
             if self._lead_len > bound:
                 self._release_lead(out)
-        elif state == _S_HEADER and len(self._header) > HARMONY_HEADER_CHARS:
-            self._abandon_header(out)
         self._update_direct()
 
     def _update_direct(self) -> None:
@@ -600,11 +600,8 @@ class ThinkSplitter:
                 self._ws = ""
                 self._fresh = False
                 self._start_header(tag)
-        elif state == _S_HEADER:
-            if len(self._header) > HARMONY_HEADER_CHARS:  # it was no header: its text is content, and so is
-                self._abandon_header(out)  # the tag's place, as when a feed ended after the header's bound
-                self._on_tag(tag, out)
-            elif tag == _MESSAGE:
+        elif state == _S_HEADER:  # within its bound: ``_scan`` ends a header at its bound's next character
+            if tag == _MESSAGE:
                 self._start_body(out)
             elif tag == _START:
                 self._header = ""
