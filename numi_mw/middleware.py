@@ -186,15 +186,11 @@ class _Remember:
         self.stream = StreamStates(context)
 
     async def __call__(self, body: bytes) -> None:
-        await self._keep(await off_loop(len(body), answer_states, body, self.context))
+        await self.replay.keep(self.tenant, await off_loop(len(body), answer_states, body, self.context))
 
     async def stream_ended(self) -> None:
         """Keep what the stream's bytes (``stream.feed``) carried; called before its last message goes out."""
-        await self._keep(self.stream.states())
-
-    async def _keep(self, states: list[tuple[str, bytes]]) -> None:
-        for key, value in states:
-            await self.replay.remember(self.tenant, key, value)
+        await self.replay.keep(self.tenant, self.stream.states())
 
 
 def _credentials(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:

@@ -34,6 +34,8 @@ from urllib.parse import urlsplit
 
 import anyio.to_thread
 
+from numi_mw.asgi import check_limits
+
 log = logging.getLogger("numi_mw.replay")
 
 DEFAULT_TTL: Final = 24 * 60 * 60
@@ -269,8 +271,7 @@ class ReplayStore:
         key: bytes | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if isinstance(max_value_bytes, bool) or not isinstance(max_value_bytes, int) or max_value_bytes <= 0:
-            raise ValueError(f"replay_max_bytes must be a positive whole number of bytes, not {max_value_bytes!r}")
+        check_limits(replay_max_bytes=max_value_bytes)
         self.backend = backend
         self.max_value_bytes = max_value_bytes
         self._aead: Any = None
@@ -349,6 +350,12 @@ class ReplayStore:
             self._failed("store", exc)
             return False
         return True
+
+    async def keep(self, scope: str, states: Sequence[tuple[str, bytes]]) -> None:
+        """``remember`` each ``(key, value)`` of ``states`` in ``scope``, in order (``replay.answer_states``,
+        ``replay.StreamStates.states``); never raises."""
+        for key, value in states:
+            await self.remember(scope, key, value)
 
     async def aclose(self) -> None:
         """Release the backend's connections (failures ignored)."""

@@ -391,8 +391,7 @@ class _Sidecar:
         message's ``reasoning_details`` as the answer holds them, keyed by the turn as the client sends it back
         after the request's last message, whose ``replay.turn_context`` is ``context``)."""
         assert self.replay is not None
-        for key, value in await off_loop(len(body), answer_states, body, context):
-            await self.replay.remember(scope, key, value)
+        await self.replay.keep(scope, await off_loop(len(body), answer_states, body, context))
 
 
 def _remember_stream(
@@ -415,12 +414,10 @@ async def _kept_stream(
     async for chunk in chunks:
         if not kept and states.feed(chunk):  # the chunk holds the stream's data: [DONE] event
             kept = True
-            for key, value in states.states():
-                await replay.remember(scope, key, value)
+            await replay.keep(scope, states.states())
         yield chunk
     if not kept:
-        for key, value in states.states():
-            await replay.remember(scope, key, value)
+        await replay.keep(scope, states.states())
 
 
 class _ClientWatch:
