@@ -294,19 +294,17 @@ def _response(args: argparse.Namespace) -> int:
     content_type = "text/event-stream" if streamed else "application/json"
     status = 200
     adapter = WIRE_APIS.get(args.wire_api)
+    value = UNDECODABLE if streamed else decode_lenient(body)  # a buffered answer, decoded once
     if adapter is None:
-        not_an_answer = _not_an_answer(body, streamed)
+        not_an_answer = _not_an_answer(body, value, streamed)
         if not_an_answer is not None:
             sys.stdout.buffer.write(not_an_answer.to_bytes() + b"\n")
             return 1
-        if not streamed and _is_error_body(decode_lenient(body)):
+        if _is_error_body(value):
             sys.stdout.buffer.write(body)  # the upstream's own error: the client gets it as it came
             return 1
-    if adapter is not None and content_type == "application/json":
-        value = decode_lenient(body)
-        openai_style = isinstance(value, dict) and isinstance(value.get("error"), dict)
-        if value is not UNDECODABLE and (openai_style or adapter.error(value) is not None):
-            status = 400  # an error body (the wire API's own, or OpenAI's): handled as an upstream's error is
+    elif value is not UNDECODABLE and (_is_error_body(value) or adapter.error(value) is not None):
+        status = 400  # an error body (the wire API's own, or OpenAI's): handled as an upstream's error is
     rewriter = choose_rewriter(options, status, content_type)
     if rewriter is None:  # an error body the wire API does not translate goes out as it came
         sys.stdout.buffer.write(body)
@@ -324,14 +322,14 @@ def _response(args: argparse.Namespace) -> int:
 _PASSED = "the sidecar would pass it to the client as it came"
 
 
-def _not_an_answer(body: bytes, streamed: bool) -> ApiError | None:
+def _not_an_answer(body: bytes, value: Any, streamed: bool) -> ApiError | None:
     """Why ``body``, given to ``numi-mw response`` for a chat completions route, is not an upstream's answer at
     all (``docs/cli.md``), or ``None`` when it is one: a JSON object with a ``choices`` array or an ``error``
-    object, or a stream with at least one event whose data is a JSON object or ``[DONE]``."""
+    object, or a stream with at least one event whose data is a JSON object or ``[DONE]``. ``value`` is the
+    buffered body decoded (``UNDECODABLE`` when it is not JSON); a stream's is not read."""
     if not body.strip():
         return ApiError("invalid_json", "The response on stdin is empty; send the upstream's body.")
     if not streamed:
-        value = decode_lenient(body)
         if value is UNDECODABLE:
             return ApiError("invalid_json", f"The response on stdin is not JSON; {_PASSED}.")
         if isinstance(value, dict) and (isinstance(value.get("choices"), list) or _is_error_body(value)):
