@@ -438,7 +438,12 @@ def checks(
     )
     messages = requests[1].get("messages", []) if len(requests) > 1 else []
     if len(messages) < 2:  # the job's one user message, then the client's assistant message
-        missing = "turn 2 never reached the upstream" if len(requests) < 2 else "turn 2 carries no assistant message"
+        if len(requests) < 2:
+            missing = "turn 2 never reached the upstream"
+        elif requests[1] == requests[0]:  # a client's retry: its timeout or its retry policy is off
+            missing = "turn 1 reached the upstream twice (the client sent it again)"
+        else:
+            missing = "turn 2 carries no assistant message"
         found.update(dict.fromkeys(HISTORY_CHECKS, missing))
         return found
     found.update(history_checks(recording, exp, messages[1]))

@@ -265,7 +265,10 @@ def langchain_model(kind: str) -> Callable[[Job], Shown]:
         into the history as it is, then a ``ToolMessage`` per tool call or a ``HumanMessage``."""
         from langchain_core.messages import HumanMessage, ToolMessage
 
-        common = {"model": job["model"], "api_key": job["api_key"], "max_retries": 0, "timeout": job["timeout"]}
+        common: dict[str, Any] = {"model": job["model"], "api_key": job["api_key"], "max_retries": 0}
+        # ChatOpenRouter's timeout is in milliseconds (its SDK's timeout_ms); the others' in seconds. With too short a
+        # timeout the openrouter SDK's default retry, which max_retries=0 leaves on, sends turn 1 again.
+        common["timeout"] = job["timeout"] * 1000 if kind == "openrouter" else job["timeout"]
         if kind == "openai":
             from langchain_openai import ChatOpenAI
 
