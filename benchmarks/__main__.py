@@ -9,12 +9,25 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from functools import partial
+from pathlib import Path
 
-from benchmarks import inprocess, loopback, memory, report
+from benchmarks import inprocess, load, loopback, memory, plots, report
 from benchmarks.config import Config, make_config
 from benchmarks.timing import Measurement
 
-CASES = ("asgi", "request", "request-memory", "stream", "stream-memory", "bounds-memory", "sidecar", "litellm")
+CASES = (
+    "asgi",
+    "request",
+    "request-memory",
+    "stream",
+    "stream-memory",
+    "bounds-memory",
+    "sidecar",
+    "litellm",
+    "load",
+    "latency",
+    "scale",
+)
 """Case names for ``--cases``, in the order they run."""
 
 
@@ -33,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
         help=f"cases to run (default: all): {', '.join(CASES)}",
     )
     parser.add_argument("--rounds", type=int, default=None, metavar="N", help="interleaved rounds of every case")
+    parser.add_argument(
+        "--json-out",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also write the JSON lines to PATH, and the plots (PNG, needs matplotlib) beside it",
+    )
     return parser
 
 
@@ -54,6 +74,11 @@ def _runners(
                 partial(loopback.run_loopback, config, sidecar="sidecar" in cases, litellm="litellm" in cases, say=say),
             )
         )
+    runners += [
+        ("load", partial(load.load_rows, config, say)),
+        ("latency", partial(load.latency_rows, config, say)),
+        ("scale", partial(load.scale_rows, config, say)),
+    ]
     return [(name, run) for name, run in runners if name in cases]
 
 
@@ -72,8 +97,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(text, file=terminal, flush=True)
 
     info = report.machine()
-    if args.json:
-        print(json.dumps({**info, "quick": config.quick, "config": _config_json(config)}), flush=True)
+    if args.json_out is not None:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+    out_file = args.json_out.open("w") if args.json_out is not None else None
+
+    def emit(record: dict[str, object]) -> None:
+        line = json.dumps(record)
+        if args.json:
+            print(line, flush=True)
+        if out_file is not None:
+            out_file.write(line + "\n")
+            out_file.flush()
+
+    emit({**info, "quick": config.quick, "config": _config_json(config)})
     say(report.describe_machine(info))
     measurements: list[Measurement] = []
     started = time.perf_counter()
@@ -82,8 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"== {name}")
         results = run()
         for measurement in results:
-            if args.json:
-                print(json.dumps(measurement.to_json()), flush=True)
+            emit(measurement.to_json())
         measurements += results
         say(f"   {time.perf_counter() - case_start:.1f} s")
     elapsed = time.perf_counter() - started
@@ -93,8 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(report.titles(measurements))
     mode = "--quick" if config.quick else "default"
     say(f"\n{mode} run, {elapsed:.0f} s; ratios are medians of interleaved rounds, absolute times are not asserted")
-    if args.json:
-        print(json.dumps({"kind": "summary", "seconds": elapsed, "measurements": len(measurements)}), flush=True)
+    emit({"kind": "summary", "seconds": elapsed, "measurements": len(measurements)})
+    if out_file is not None:
+        out_file.close()
+        for line in plots.draw(args.json_out):
+            say(line)
     return 0
 
 

@@ -24,6 +24,13 @@ class Config:
         memory_events: events fed through ``SSERewriter`` by the stream memory case.
         memory_checkpoint: the event count at which the first memory reading is taken.
         memory_seconds: time limit of the stream memory case (it reports how far it got).
+        wrk_connections: the connection counts of the ``load`` case (``wrk``, one thread).
+        wrk_seconds: duration of one ``wrk`` run (one target, one kind, one connection count).
+        latency_streams: the concurrent paced stream counts of the ``latency`` case.
+        latency_seconds: how long the stream client keeps that many streams going, per target.
+        think_streams: concurrent streams of the think splitting hold-back rows.
+        memory_streams: the open idle stream counts of the memory per stream row.
+        hold_seconds: the longest the idle streams are held open (each count is measured well within it).
     """
 
     quick: bool = False
@@ -38,6 +45,13 @@ class Config:
     memory_events: int = 100_000
     memory_checkpoint: int = 10_000
     memory_seconds: float = 60.0
+    wrk_connections: tuple[int, ...] = (1, 4, 16, 64)
+    wrk_seconds: float = 3.0
+    latency_streams: tuple[int, ...] = (1, 50, 200)
+    latency_seconds: float = 3.0
+    think_streams: int = 50
+    memory_streams: tuple[int, ...] = (1, 100, 1000)
+    hold_seconds: float = 60.0
 
 
 DEFAULT = Config()
@@ -55,6 +69,13 @@ QUICK = Config(
     memory_events=20_000,
     memory_checkpoint=2_000,
     memory_seconds=15.0,
+    wrk_connections=(1, 64),
+    wrk_seconds=1.0,
+    latency_streams=(1, 20),
+    latency_seconds=0.5,
+    think_streams=2,
+    memory_streams=(1, 20),
+    hold_seconds=30.0,
 )
 
 

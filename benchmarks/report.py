@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -42,14 +43,25 @@ def machine() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
         "packages": versions,
+        "commit": _commit(),
     }
+
+
+def _commit() -> str | None:
+    """The repository's commit (short hash, ``+dirty`` when the work tree has changes), or ``None``."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, timeout=10, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.decode().strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def describe_machine(info: dict[str, Any]) -> str:
     packages = ", ".join(f"{k} {v}" for k, v in info["packages"].items() if v is not None)
     return (
         f"machine: {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable), {info['os']}\n"
-        f"python {info['python']} ({info['implementation']}); {packages}"
+        f"python {info['python']} ({info['implementation']}); {packages}; commit {info.get('commit')}"
     )
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +34,21 @@ EXPECTED = {
     "sidecar.sse",
     "litellm.json",
     "litellm.sse",
+    "load.json.no_collapse",
+    "load.sse.no_collapse",
+    "load.json.portkey.c64",
+    "load.json.portkey.c64.p99",
+    "load.sse.litellm.c64",
+    "latency.first_event.p99_added",
+    "latency.gap.p99_added",
+    "latency.gap.p99_added.vs_litellm",
+    "latency.gap.p99_added.vs_portkey",
+    "latency.think_start.content",
+    "latency.think_start.reasoning",
+    "latency.think_start.auto",
+    "scale.memory_per_stream",
+    "scale.rate_with_streams",
+    "scale.workers_2_vs_1",
 }
 
 
@@ -40,7 +57,7 @@ def test_quick_run_prints_json_lines_for_every_measurement() -> None:
         [sys.executable, "-m", "benchmarks", "--quick", "--json"],
         cwd=REPO,
         capture_output=True,
-        timeout=240,
+        timeout=420,
         check=False,
     )
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-4000:]
@@ -65,4 +82,10 @@ def test_quick_run_prints_json_lines_for_every_measurement() -> None:
             assert record["ratio"] is None
     if measurements["litellm.json"]["skipped"] is not None:
         assert "skipped: litellm not installed" in result.stderr.decode()
+    stderr = result.stderr.decode()
+    if shutil.which("wrk") is None:  # the rows wrk drives are skipped with a notice, never failed
+        assert "skipped: wrk not installed" in stderr
+        assert measurements["load.json.no_collapse"]["skipped"] == "wrk not installed"
+    if measurements["latency.gap.p99_added.vs_litellm"]["skipped"] is not None:
+        assert "skipped: litellm: no peer environment" in stderr or "NUMI_MW_PEERS_PY" in os.environ
     assert records[-1]["kind"] == "summary"
