@@ -8,6 +8,7 @@ and relaying a stream through its rewriter. No reasoning rules here; they are al
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -50,26 +51,23 @@ class UpstreamPool(httpcore.AsyncConnectionPool):
     httpcore 1.0's pool, each time a request starts or ends, probes every pooled connection's socket for a close by
     the server (``has_expired``: a ``select`` call and a fresh dictionary of the stream's attributes, each time) and,
     for every idle connection, counts the whole pool again: with 64 concurrent requests, thousands of calls per
-    request, which made throughput fall as concurrency rose. This pool does what httpcore's does, in one pass
-    over the connections: it drops closed ones and closes the idle ones past ``max_keepalive_connections``; a queued
-    request takes the oldest available connection for its origin (first probed with ``has_expired``: one that
-    expired, or that the server closed, is closed and the next one tried), else a new connection (up to
+    request, which made throughput fall as concurrency rose. This pool does what httpcore's does, in a few passes
+    over the connections: it drops closed ones and closes the oldest idle ones past ``max_keepalive_connections``;
+    a queued request takes the oldest available connection for its origin (first probed with ``has_expired``: one
+    that expired, or that the server closed, is closed and the next one tried), else a new connection (up to
     ``max_connections``, else in place of an idle one). The arguments are ``httpcore.AsyncConnectionPool``'s.
     """
 
     def _assign_requests_to_connections(self) -> list[httpcore.AsyncConnectionInterface]:
         closing: list[httpcore.AsyncConnectionInterface] = []
-        kept: list[httpcore.AsyncConnectionInterface] = []
-        idle = 0
-        for connection in self._connections:
-            if connection.is_closed():
-                continue
-            if connection.is_idle():
-                idle += 1
-                if idle > self._max_keepalive_connections:
+        kept = [connection for connection in self._connections if not connection.is_closed()]
+        surplus = sum(1 for connection in kept if connection.is_idle()) - self._max_keepalive_connections
+        if surplus > 0:  # the oldest idle connections go first, as in httpcore's pool
+            for connection in kept:
+                if surplus and connection.is_idle():
                     closing.append(connection)
-                    continue
-            kept.append(connection)
+                    surplus -= 1
+            kept = [connection for connection in kept if connection not in closing]
         self._connections = kept
         for pool_request in self._requests:
             if pool_request.is_queued():
@@ -231,10 +229,18 @@ def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
         raise bad_path()
     if raw_path == b"/v1" or raw_path.startswith(b"/v1/"):
         raw_path = raw_path[3:]
-    base = httpx.URL(base_url)
-    path, _, base_query = base.raw_path.partition(b"?")  # a base URL may carry a query (api-version=...)
+    base, path, base_query = _base_url(base_url)
     merged = b"&".join(part for part in (base_query, query) if part)
-    return base.copy_with(raw_path=path.rstrip(b"/") + raw_path + (b"?" + merged if merged else b""))
+    return base.copy_with(raw_path=path + raw_path + (b"?" + merged if merged else b""))
+
+
+@functools.lru_cache(maxsize=256)
+def _base_url(base_url: str) -> tuple[httpx.URL, bytes, bytes]:
+    """``base_url`` parsed once (a provider's base URL is the same on every request): the URL, its path without
+    the trailing ``/``, and its query (a base URL may carry one: ``api-version=...``)."""
+    base = httpx.URL(base_url)
+    path, _, query = base.raw_path.partition(b"?")
+    return base, path.rstrip(b"/"), query
 
 
 _IIS_ESCAPE = re.compile(rb"%[uU]([0-9A-Fa-f]{4})")
