@@ -9,8 +9,9 @@ import math
 import socket
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from importlib.metadata import version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from numi_mw.asgi import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADER_COUNT
@@ -36,6 +37,9 @@ from numi_mw.core.think import THINK_STARTS, ThinkTags
 from numi_mw.core.usage import usage_rules
 from numi_mw.proxy.ops import LOG_FORMATS, LOG_LEVELS, log_config
 from numi_mw.replay_store import DEFAULT_MAX_VALUE_BYTES, DEFAULT_TTL
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 log = logging.getLogger("numi_mw.serve")
 
@@ -86,6 +90,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8787, help="port to listen on, 1 to 65535 (default 8787)")
+    serve.add_argument(
+        "--workers",
+        type=_positive(int),
+        default=1,
+        metavar="N",
+        help="worker processes sharing the port, each with its own event loop, upstream pool and metrics "
+        "(default 1; docs/sidecar.md)",
+    )
     serve.add_argument(
         "--max-body-bytes",
         type=_positive(int),
@@ -387,10 +399,7 @@ def _catalog(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import httpx
     import uvicorn
-
-    from numi_mw.proxy import create_app
 
     catalog: Catalog | None = None
     if args.upstream is None and args.provider is not None:
@@ -411,34 +420,16 @@ def _serve(args: argparse.Namespace) -> int:
         if args.catalog:
             _warn(args.catalog, read_text(args.catalog), catalog)
     try:
-        app = create_app(
-            args.upstream,
-            catalog=catalog,
-            provider=args.provider,
-            max_body_bytes=args.max_body_bytes,
-            max_header_count=args.max_header_count,
-            max_header_bytes=args.max_header_bytes,
-            max_event_bytes=args.max_event_bytes,
-            max_response_bytes=args.max_response_bytes,
-            timeout=httpx.Timeout(args.timeout, connect=10.0),
-            think_tags=args.think_tags,
-            think_start=args.think_start,
-            preserve_reasoning=args.preserve_reasoning is not False,
-            wire_api=args.wire_api,
-            ops_prefix=args.ops_prefix,
-            metrics=args.metrics,
-            replay_store=args.replay_store,
-            replay_ttl=args.replay_ttl,
-            replay_max_bytes=args.replay_max_bytes,
-            replay_key_env=args.replay_key_env,
-        )
+        app = _sidecar_app(args, catalog)
     except ValueError as error:
         sys.stderr.write(f"numi-mw serve: {error}\n")
         return 2
     # The upstream's own date and server headers pass through; uvicorn adds none of its own. uvicorn's access log
     # is replaced by numi_mw.access (method, path, status, sizes, timings, route: never a body, query or key).
+    # With workers, each worker process builds its own app from the same arguments (an app holds a pool, a
+    # lifespan and a replay store connection, none of which crosses a process boundary).
     config = uvicorn.Config(
-        app,
+        app if args.workers == 1 else partial(_worker_app, args),
         host=args.host,
         port=args.port,
         log_level=args.log_level,
@@ -446,14 +437,63 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         server_header=False,
         date_header=False,
+        workers=args.workers,
+        factory=args.workers > 1,
     )
     _log_start(args, catalog)
     problem = listen_problem(args.host, args.port)
     if problem is not None:
         sys.stderr.write(f"numi-mw serve: {problem}\n")
         return 2
-    uvicorn.Server(config).run()
+    if args.workers == 1:
+        uvicorn.Server(config).run()
+    else:
+        from uvicorn.supervisors import Multiprocess
+
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
     return 0
+
+
+def _sidecar_app(args: argparse.Namespace, catalog: Catalog | None) -> Starlette:
+    """The sidecar app ``numi-mw serve``'s arguments describe (``proxy.create_app``).
+
+    Raises:
+        ValueError: what ``create_app`` refuses.
+    """
+    import httpx
+
+    from numi_mw.proxy import create_app
+
+    return create_app(
+        args.upstream,
+        catalog=catalog,
+        provider=args.provider,
+        max_body_bytes=args.max_body_bytes,
+        max_header_count=args.max_header_count,
+        max_header_bytes=args.max_header_bytes,
+        max_event_bytes=args.max_event_bytes,
+        max_response_bytes=args.max_response_bytes,
+        timeout=httpx.Timeout(args.timeout, connect=10.0),
+        think_tags=args.think_tags,
+        think_start=args.think_start,
+        preserve_reasoning=args.preserve_reasoning is not False,
+        wire_api=args.wire_api,
+        ops_prefix=args.ops_prefix,
+        metrics=args.metrics,
+        replay_store=args.replay_store,
+        replay_ttl=args.replay_ttl,
+        replay_max_bytes=args.replay_max_bytes,
+        replay_key_env=args.replay_key_env,
+    )
+
+
+def _worker_app(args: argparse.Namespace) -> Starlette:
+    """The app of one ``--workers`` process (uvicorn's app factory, run in the worker): built as the parent built it,
+    which has checked the arguments and read the catalog once already."""
+    catalog = None
+    if args.upstream is None:
+        catalog = read_catalog(args.catalog) if args.catalog else default_catalog()
+    return _sidecar_app(args, catalog)
 
 
 def listen_problem(host: str, port: int) -> str | None:

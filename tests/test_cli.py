@@ -438,6 +438,21 @@ def test_serve_refuses_a_duration_that_is_not_a_finite_number(option: str, value
     )
 
 
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("0", "'0' must be greater than 0"),
+        ("-2", "'-2' must be greater than 0"),
+        ("two", "'two' is not a number"),
+        ("1.5", "'1.5' is not a number"),
+    ],
+)
+def test_serve_refuses_a_worker_count_that_is_not_a_whole_number_from_1(value: str, problem: str) -> None:
+    result = run(["serve", "--upstream", "http://127.0.0.1:8000/v1", "--workers", value], b"")
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines()[-1] == f"numi-mw serve: error: argument --workers: {problem}"
+
+
 def test_serve_that_cannot_listen_exits_2_with_one_line() -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]

@@ -72,6 +72,7 @@ from numi_mw.replay_store import (
 )
 from numi_mw.upstream import (
     DECODED,
+    PooledTransport,
     answer_options,
     api_keys,
     feed_answer,
@@ -89,7 +90,8 @@ DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 UPSTREAM_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=100)
 """Upstream connections: no cap (httpx's default of 100 would make the 101st concurrent stream wait for a free
-connection, up to the read timeout, and then fail with 504); up to 100 idle ones are kept for reuse."""
+connection, up to the read timeout, and then fail with 504); up to 100 idle ones are kept for reuse. The pool is
+``upstream.UpstreamPool``, whose work per request does not grow with the count of connections."""
 
 _CLIENT_DEFAULTS = ("accept", "accept-encoding", "user-agent")
 """Headers ``httpx.AsyncClient`` adds to every request by default, removed from the shared client: a client that
@@ -177,8 +179,7 @@ class _Sidecar:
         async with _UpstreamClient(
             timeout=self.timeout,
             follow_redirects=False,
-            limits=UPSTREAM_LIMITS,
-            transport=self.transport,
+            transport=self.transport or PooledTransport(UPSTREAM_LIMITS),
             trust_env=False,
         ) as client:
             for name in _CLIENT_DEFAULTS:  # the sidecar sends the client's headers, and adds none of httpx's

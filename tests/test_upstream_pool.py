@@ -1,0 +1,129 @@
+"""The sidecar's upstream connection pool (``numi_mw.upstream.UpstreamPool``) against a real loopback server: it
+reuses idle connections, keeps at most ``max_keepalive_connections`` idle ones, and never sends a request on a
+connection the server has closed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+import httpx
+
+from numi_mw.upstream import PooledTransport, UpstreamPool
+
+ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"
+
+
+@dataclass
+class Server:
+    """A keep-alive HTTP/1.1 server on 127.0.0.1 that counts the connections it accepts and holds each answer until
+    ``release`` is set; with ``close_after`` it closes each connection after answering (without saying so)."""
+
+    close_after: bool = False
+    accepted: int = 0
+    requests: int = 0
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    port: int = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        try:
+            while True:
+                try:
+                    await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    return
+                self.requests += 1
+                await self.release.wait()
+                writer.write(ANSWER)
+                await writer.drain()
+                if self.close_after:
+                    return
+        finally:
+            writer.close()
+            await writer.wait_closed()
+            self.closed.set()
+
+
+@asynccontextmanager
+async def serving(server: Server) -> AsyncIterator[Server]:
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    server.port = listener.sockets[0].getsockname()[1]
+    try:
+        yield server
+    finally:
+        listener.close()
+
+
+async def get_all(client: httpx.AsyncClient, server: Server, count: int) -> list[bytes]:
+    """Send ``count`` requests at once; the server answers once all of them have arrived (one connection each)."""
+    server.release.clear()
+    bodies: list[bytes] = [b""] * count
+
+    async def get(i: int) -> None:
+        response = await client.get(f"http://127.0.0.1:{server.port}/v1/models")
+        bodies[i] = response.content
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            for i in range(count):
+                group.start_soon(get, i)
+            while server.requests < count:
+                await anyio.sleep(0.001)
+            server.requests = 0
+            server.release.set()
+    return bodies
+
+
+def pool_of(client: httpx.AsyncClient) -> UpstreamPool:
+    transport = client._transport
+    assert isinstance(transport, PooledTransport)
+    pool = transport._pool
+    assert isinstance(pool, UpstreamPool)
+    return pool
+
+
+async def test_concurrent_requests_reuse_the_idle_connections() -> None:
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=100)
+    async with serving(Server()) as server, httpx.AsyncClient(transport=PooledTransport(limits)) as client:
+        assert await get_all(client, server, 8) == [b"ok"] * 8
+        assert await get_all(client, server, 8) == [b"ok"] * 8
+        assert server.accepted == 8
+        assert len(pool_of(client).connections) == 8
+
+
+async def test_idle_connections_past_the_keepalive_limit_are_closed() -> None:
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=2)
+    async with serving(Server()) as server, httpx.AsyncClient(transport=PooledTransport(limits)) as client:
+        assert await get_all(client, server, 5) == [b"ok"] * 5
+        assert len(pool_of(client).connections) == 2
+        assert await get_all(client, server, 5) == [b"ok"] * 5
+        assert server.accepted == 8  # 2 kept, 3 new
+
+
+async def test_a_connection_the_server_closed_is_not_used_again() -> None:
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=100)
+    async with (
+        serving(Server(close_after=True)) as server,
+        httpx.AsyncClient(transport=PooledTransport(limits)) as client,
+    ):
+        assert await get_all(client, server, 1) == [b"ok"]
+        with anyio.fail_after(10):
+            await server.closed.wait()
+        assert await get_all(client, server, 1) == [b"ok"]
+        assert server.accepted == 2
+
+
+async def test_a_capped_pool_waits_for_a_free_connection() -> None:
+    limits = httpx.Limits(max_connections=2, max_keepalive_connections=2)
+    async with serving(Server()) as server, httpx.AsyncClient(transport=PooledTransport(limits)) as client:
+        server.release.set()
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                for _ in range(6):
+                    group.start_soon(client.get, f"http://127.0.0.1:{server.port}/v1/models")
+        assert server.accepted == 2
