@@ -151,14 +151,6 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def peers_python() -> str | None:
-    """The peer environment's interpreter (``NUMI_MW_PEERS_PY``), or ``None``."""
-    path = os.environ.get("NUMI_MW_PEERS_PY")
-    if path and (Path(path) / "bin" / "python").exists():
-        return str(Path(path) / "bin" / "python")
-    return None
-
-
 def portkey_script() -> str | None:
     """Portkey's gateway's start script in ``NUMI_MW_PEERS_NODE``, when it and ``node`` are present."""
     folder = os.environ.get("NUMI_MW_PEERS_NODE")
@@ -209,14 +201,13 @@ class Peers:
                 self._start("numi-mw serve", numi_mw_serve(self.upstream, port, "--provider", provider), port),
             )
         )
-        python = peers_python()
+        python = loopback.litellm_python()
         if python is None:
             self.skipped["litellm"] = 'no peer environment (eval "$(.ci/build-peer-envs)")'
         else:
             port = loopback.free_port()
             tmp = Path(self.stack.enter_context(tempfile.TemporaryDirectory(prefix="numi-mw-bench-")))
-            command = loopback._litellm_command(self.upstream, port, tmp)
-            command[0] = python
+            command = loopback.litellm_command(python, self.upstream, port, tmp)
             out.append(Target("litellm", self._start("litellm", command, port, 120.0), model="bench"))
         script = portkey_script()
         if script is None:

@@ -160,7 +160,16 @@ def load(url: str, kind: str, body: bytes, concurrency: int, seconds: float, mod
     return anyio.run(_load, url + "/chat/completions", kind, body, headers, concurrency, seconds)
 
 
-def _litellm_command(upstream: str, port: int, config_dir: Path) -> list[str]:
+def litellm_python() -> str | None:
+    """An interpreter with the LiteLLM proxy: the peer environment's (``NUMI_MW_PEERS_PY``, built by
+    ``.ci/build-peer-envs``), else this one when ``litellm`` is importable here, else ``None``."""
+    path = os.environ.get("NUMI_MW_PEERS_PY")
+    if path and (Path(path) / "bin" / "python").exists():
+        return str(Path(path) / "bin" / "python")
+    return sys.executable if importlib.util.find_spec("litellm") is not None else None
+
+
+def litellm_command(python: str, upstream: str, port: int, config_dir: Path) -> list[str]:
     config = config_dir / "litellm.yaml"
     config.write_text(
         "model_list:\n"
@@ -172,8 +181,13 @@ def _litellm_command(upstream: str, port: int, config_dir: Path) -> list[str]:
         "general_settings:\n"
         "  master_key: sk-bench\n"  # the load generator sends "Bearer sk-bench" to every target
     )
-    code = "import sys; from litellm.proxy.proxy_cli import run_server; sys.exit(run_server())"
-    return [sys.executable, "-c", code, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
+    # LiteLLM fetches its model cost map from GitHub at start unless told to use its packaged copy: on loopback
+    # the fetch only adds retries and warnings.
+    code = (
+        "import os, sys; os.environ.setdefault('LITELLM_LOCAL_MODEL_COST_MAP', 'True'); "
+        "from litellm.proxy.proxy_cli import run_server; sys.exit(run_server())"
+    )
+    return [python, "-c", code, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
 
 
 def _rates(results: dict[tuple[str, str], list[LoadResult]], target: str, kind: str) -> list[float]:
@@ -218,10 +232,11 @@ def run_loopback(
     config: Config, *, sidecar: bool, litellm: bool, say: Callable[[str], None] = print
 ) -> list[Measurement]:
     """The sidecar (and LiteLLM) cases; ``say`` prints progress and skip notices."""
-    litellm_available = litellm and importlib.util.find_spec("litellm") is not None
+    python = litellm_python() if litellm else None
+    litellm_available = python is not None
     out: list[Measurement] = []
     if litellm and not litellm_available:
-        say("skipped: litellm not installed")
+        say('skipped: litellm not installed (eval "$(.ci/build-peer-envs)")')
         for kind in ("json", "sse"):
             out.append(
                 Measurement(
@@ -261,11 +276,11 @@ def run_loopback(
             targets["sidecar"] = stack.enter_context(
                 server("numi-mw serve", [*command, "--port", str(port), "--log-level", "warning"], port)
             )
-        if litellm_available:
+        if python is not None:
             port = free_port()
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="numi-mw-bench-")))
             targets["litellm"] = stack.enter_context(
-                server("litellm", _litellm_command(upstream, port, tmp), port, start_seconds=120.0)
+                server("litellm", litellm_command(python, upstream, port, tmp), port, start_seconds=120.0)
             )
             if "sidecar" not in targets:
                 port = free_port()
