@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from numi_mw.core import codec
+from numi_mw.core import codec, spliced
 from numi_mw.core.adapters import WIRE_APIS, RequestFacts, Translation
 from numi_mw.core.budget import output_limit
 from numi_mw.core.catalog import Catalog
@@ -199,10 +199,14 @@ def prepare_request(
         raise payload_too_large(max_body_bytes, len(body))
     route = fixed_route(target) if isinstance(target, ProviderRules) else target
     found = _REWRITE
-    if isinstance(route, Route) and route.probes and len(body) <= PROBE_MAX_BYTES and not restored:
-        found = probe(body, route)
-        if found is _PLAIN or found is _PLAIN_STREAM:
-            return PreparedRequest(body, False, NO_CONTROLS, found is _PLAIN_STREAM, route)
+    if isinstance(route, Route) and not restored and route.wire_api not in WIRE_APIS:
+        if route.probes and len(body) <= PROBE_MAX_BYTES and b'"reasoning' not in body:
+            found = probe(body, route)  # a body that names no reasoning field is most likely left as it is
+            if found is _PLAIN or found is _PLAIN_STREAM:
+                return PreparedRequest(body, False, NO_CONTROLS, found is _PLAIN_STREAM, route)
+        prepared = prepare_spliced(body, route)
+        if prepared is not None:
+            return prepared
     data = codec.decode_object(body)
     controls, changed = fold_controls(data)
     if isinstance(route, Catalog):
@@ -228,6 +232,27 @@ def prepare_request(
     translation = adapter.translate(data, controls, RequestFacts(adaptive=route.adaptive))
     notes += translation.adjustments
     return PreparedRequest(codec.encode(translation.body), True, controls, stream, route, translation, notes, count)
+
+
+def prepare_spliced(body: bytes, route: Route) -> PreparedRequest | None:
+    """``prepare_request`` for a fixed chat completions route, on a body decoded only as far as the rules read it
+    (``spliced``): what they do not touch goes upstream as its original bytes. ``None`` when the body is not one
+    ``spliced.decode`` takes; the full decode then decides.
+
+    Raises:
+        ApiError: what ``prepare_request`` raises for the same body on the same route.
+    """
+    data = spliced.decode(body)
+    if data is None:
+        return None
+    controls, changed = fold_controls(data)
+    notes: list[str] = []
+    if prepare_controls(data, controls, route, notes):
+        changed = True
+    if "messages" in data and spliced.prepare_messages(data["messages"], route, len(body)):
+        changed = True
+    stream = data.get("stream") is True
+    return PreparedRequest(spliced.encode(data) if changed else body, changed, controls, stream, route, None, notes)
 
 
 DEFAULT_MAX_TOKENS_CAP = 32_000
@@ -290,13 +315,7 @@ def prepare_for_route(
         ApiError: 400 ``invalid_request`` for ``messages`` of the wrong shape or a detail over its size limit.
     """
     rules = route.rules
-    changed = False
-    if controls.present:
-        form = route.controls_form
-        if encode_controls(data, controls, form, include_reasoning=rules.send_include_reasoning, notes=notes):
-            changed = True
-    elif route.reasoning and add_zai_thinking(data, route.controls_form):
-        changed = True
+    changed = prepare_controls(data, controls, route, notes)
     if "messages" in data:
         messages = data["messages"]
         if metadata or not route.keeps_details:  # else the filter keeps every message as it is
@@ -311,6 +330,18 @@ def prepare_for_route(
         if body_size > MIN_DETAIL_LIMIT:
             check_detail_limits(messages)
     return changed
+
+
+def prepare_controls(
+    data: dict[str, Any], controls: ReasoningControls, route: Route, notes: list[str] | None = None
+) -> bool:
+    """The controls in the route's form (``controls.encode_controls``), or a Z.AI request with no controls given
+    its ``thinking`` (spec 000 "Provider-Specific Handling"), in place; returns whether ``data`` changed."""
+    if controls.present:
+        form = route.controls_form
+        include = route.rules.send_include_reasoning
+        return encode_controls(data, controls, form, include_reasoning=include, notes=notes)
+    return route.reasoning and add_zai_thinking(data, route.controls_form)
 
 
 def is_chat_completions(method: str, path: str) -> bool:
