@@ -313,3 +313,19 @@ def test_a_large_detail_list_with_a_number_no_float_holds_is_still_checked() -> 
     with pytest.raises(ApiError) as caught:
         prepare_request(body, fixed_route(PROVIDERS["openrouter"]))
     assert caught.value.param == "messages[0].reasoning_details[1].signature"
+
+
+def test_utf8_is_checked_across_chunk_boundaries() -> None:
+    """``codec.is_utf8`` reads 64 KiB at a time: a character split by a chunk boundary is still one character,
+    and a body cut inside one is still refused (by the full decode's error)."""
+    route = fixed_route(PROVIDERS["openrouter"])
+    for pad in range(codec.UTF8_CHUNK_BYTES - 20, codec.UTF8_CHUNK_BYTES - 10):
+        text = "a" * pad + "€" * 10
+        body = json.dumps({"messages": [{"role": "user", "content": text}]}, ensure_ascii=False).encode()
+        assert codec.is_utf8(body)
+        assert prepare_request(body, route).body is body
+        broken = body.replace("€".encode(), "€".encode()[:2], 1)
+        assert not codec.is_utf8(broken)
+        with pytest.raises(ApiError) as caught:
+            prepare_request(broken, route)
+        assert caught.value.code == "invalid_json"

@@ -64,6 +64,12 @@ def is_utf8(data: bytes) -> bool:
     """Whether ``data`` is valid UTF-8, decoded a chunk at a time (``UTF8_CHUNK_BYTES``) and nothing kept."""
     if data.isascii():
         return True
+    if len(data) <= UTF8_CHUNK_BYTES:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
     decode = codecs.getincrementaldecoder("utf-8")().decode
     view = memoryview(data)
     try:
