@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from numi_mw.core.controls import fold_controls
 from numi_mw.core.errors import ApiError
 from numi_mw.core.fields import PLAIN_FIELDS
 from numi_mw.core.providers import PROVIDERS
-from numi_mw.core.request import prepare_for_route, prepare_request
+from numi_mw.core.request import PROBE_MAX_BYTES, PreparedRequest, prepare_for_route, prepare_request, prepare_spliced
 from numi_mw.core.routing import Route, fixed_route
 
 ROUTES = [fixed_route(rules, preserve=preserve) for rules in PROVIDERS.values() for preserve in (True, False)]
@@ -60,15 +61,27 @@ def _raw_messages(body: bytes) -> list[dict[str, bytes]]:
     ]
 
 
+def spliced_or_full(body: bytes, route: Route) -> PreparedRequest:
+    """The spliced path whatever the body's size (``prepare_request`` takes it for large bodies only), or the
+    full one for a body it does not take."""
+    return prepare_spliced(body, route) or prepare_request(body, route)
+
+
 def check(body: bytes, route: Route) -> None:
+    check_with(body, route, spliced_or_full, kept=True)
+    check_with(body, route, prepare_request, kept=len(body) > PROBE_MAX_BYTES)
+
+
+def check_with(body: bytes, route: Route, prepare: Callable[[bytes, Route], PreparedRequest], *, kept: bool) -> None:
+    """``prepare`` against the reference; ``kept``: untouched values must keep their bytes (the spliced path)."""
     try:
         expected = reference(body, route)
     except ApiError as error:
         with pytest.raises(ApiError) as caught:
-            prepare_request(body, route)
+            prepare(body, route)
         assert (caught.value.code, caught.value.message, caught.value.param) == (error.code, error.message, error.param)
         return
-    prepared = prepare_request(body, route)
+    prepared = prepare(body, route)
     out, changed, controls, notes, stream = expected
     assert (prepared.changed, prepared.controls, prepared.adjustments, prepared.stream) == (
         changed,
@@ -80,6 +93,8 @@ def check(body: bytes, route: Route) -> None:
         assert prepared.body is body
         return
     assert canonical(prepared.body) == out
+    if not kept:
+        return
     before, after = _raw_messages(body), _raw_messages(prepared.body)
     decoded_out = msgspec.json.decode(out).get("messages", [])
     for i, message in enumerate(msgspec.json.decode(body).get("messages", [])):
@@ -175,7 +190,7 @@ def test_untouched_values_keep_their_bytes() -> None:
         b'"n":1e5,"m":1.0,"meta":{"a":1,"a":2}},{"role":"assistant","content":null,"reasoning_content":"t",'
         b'"reasoning_details":[{"type":"reasoning.text","text":"t","signature":"c2ln\\/"}]}]}'
     )
-    prepared = prepare_request(body, fixed_route(PROVIDERS["openrouter"]))
+    prepared = spliced_or_full(body, fixed_route(PROVIDERS["openrouter"]))
     assert prepared.body == (
         b'{"model":"m","reasoning":{"effort":"low"},"messages":[{"role":"user","content":"caf\\u00e9",'
         b'"n":1e5,"m":1.0,"meta":{"a":1,"a":2}},{"role":"assistant","content":null,"reasoning":"t",'
@@ -187,7 +202,7 @@ def test_a_number_no_float_holds_inside_a_message_goes_as_sent() -> None:
     """The full decode refused it (msgspec reads every number); no rule reads this one, so it goes upstream as
     the client wrote it, as it would talking to the provider directly."""
     body = b'{"reasoning_effort":"low","messages":[{"role":"user","content":"x","seed":1e400}]}'
-    prepared = prepare_request(body, fixed_route(PROVIDERS["openrouter"]))
+    prepared = spliced_or_full(body, fixed_route(PROVIDERS["openrouter"]))
     assert prepared.body == b'{"reasoning":{"effort":"low"},"messages":[{"role":"user","content":"x","seed":1e400}]}'
 
 

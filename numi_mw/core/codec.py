@@ -48,7 +48,7 @@ def check_utf8(body: bytes) -> None:
     Raises:
         ApiError: 400 ``invalid_json`` naming the offset of the first invalid byte.
     """
-    if not is_utf8(body):
+    if not body.isascii() and not is_utf8(body):
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -48,9 +48,12 @@ MIN_DETAIL_LIMIT = MAX_SIGNATURE_BYTES
 UTF-8 size never exceeds its encoded length, so the detail walk is skipped."""
 
 PROBE_MAX_BYTES = 64 * 1024
-"""Bodies up to this size (bytes) are probed first (``probe``); larger ones are decoded straight away.
-Measured: for a 2 KiB body the probe costs a third of a full decode plus the walk; for bodies with thousands
-of tiny messages it costs more than decoding, and such bodies are large."""
+"""Bodies up to this size (bytes) are probed first (``probe``) and, when it finds changes, decoded whole; larger
+ones on a fixed chat completions route are decoded only as far as the rules read (``prepare_spliced``).
+Measured: for a 2 KiB body the probe costs a third of a full decode plus the walk, and the spliced path costs
+more than the full one (98.7 k instructions against 90.9 k on the harness's 2 KB rewrite); for bodies with
+thousands of tiny messages the probe costs more than decoding, and such bodies are large; on the 200 KB
+history the spliced path costs 11 % less than the full one, and half the memory on an 8 MB body."""
 
 
 class _MessageProbe(msgspec.Struct, gc=False, forbid_unknown_fields=True):
@@ -199,14 +202,15 @@ def prepare_request(
         raise payload_too_large(max_body_bytes, len(body))
     route = fixed_route(target) if isinstance(target, ProviderRules) else target
     found = _REWRITE
-    if isinstance(route, Route) and not restored and route.wire_api not in WIRE_APIS:
-        if route.probes and len(body) <= PROBE_MAX_BYTES and b'"reasoning' not in body:
-            found = probe(body, route)  # a body that names no reasoning field is most likely left as it is
+    if isinstance(route, Route) and not restored:
+        if route.probes and len(body) <= PROBE_MAX_BYTES:
+            found = probe(body, route)
             if found is _PLAIN or found is _PLAIN_STREAM:
                 return PreparedRequest(body, False, NO_CONTROLS, found is _PLAIN_STREAM, route)
-        prepared = prepare_spliced(body, route)
-        if prepared is not None:
-            return prepared
+        if len(body) > PROBE_MAX_BYTES and route.wire_api not in WIRE_APIS:
+            prepared = prepare_spliced(body, route)
+            if prepared is not None:
+                return prepared
     data = codec.decode_object(body)
     controls, changed = fold_controls(data)
     if isinstance(route, Catalog):
