@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from benchmarks import accumulate, baseline, payloads, think
 from benchmarks.config import Config
-from benchmarks.timing import BatchRunner, Measurement, interleave, ratios, sync_runner, timed_ratio
+from benchmarks.timing import BatchRunner, Measurement, Side, Spread, interleave, ratios, sync_runner, timed_ratio
 from numi_mw import ReasoningMiddleware
 from numi_mw.core.adapters import Answer
 from numi_mw.core.providers import provider_rules
@@ -157,6 +157,7 @@ def run_asgi(config: Config) -> list[Measurement]:
                 "bare, plain body": asgi_runner(loop, bare, plain),
                 "middleware, plain body": asgi_runner(loop, wrapped, plain),
                 "floor: replay-only middleware": asgi_runner(loop, floor, plain),
+                FLOOR_REPLAY_REWRITE: asgi_runner(loop, floor, rewrite),
             },
             config.rounds,
             config.batch_seconds,
@@ -189,7 +190,38 @@ def run_asgi(config: Config) -> list[Measurement]:
             },
             others=["floor: replay-only middleware"],
         ),
+        time_over_floor(
+            "asgi.plain_2kb.over_floor",
+            "middleware over the replay-only middleware, 2 KB body with nothing to normalize (added time per request)",
+            samples,
+            "middleware, plain body",
+            "floor: replay-only middleware",
+            2.0,
+        ),
+        time_over_floor(
+            "asgi.rewrite_2kb.over_floor",
+            "middleware over the replay-only middleware, 2 KB body needing rewrite (added time per request)",
+            samples,
+            "middleware, rewrite body",
+            FLOOR_REPLAY_REWRITE,
+            5.0,
+        ),
     ]
+
+
+FLOOR_REPLAY_REWRITE = "floor: replay-only middleware, rewrite body"
+"""The replay-only middleware (``ReplayOnly``) given the body that needs a rewrite: the floor of that row."""
+
+
+def time_over_floor(
+    name: str, title: str, samples: dict[str, list[float]], contender: str, floor: str, target_us: float
+) -> Measurement:
+    """A row of the time ``contender`` adds over ``floor`` in the same rounds: the median of the per-round
+    differences, in microseconds, against ``target_us`` (``<=``)."""
+    values = [(a - b) * 1e6 for a, b in zip(samples[contender], samples[floor], strict=True)]
+    spread = Spread.of(values)
+    sides = [Side(side, Spread.of(samples[side]).median, "s/op") for side in (contender, floor)]
+    return Measurement(name, title, spread.median, spread, "<=", target_us, sides, {}, unit=" µs")
 
 
 # --- 2. request normalization ----------------------------------------------------------------------------------
@@ -223,15 +255,16 @@ def run_request(config: Config) -> list[Measurement]:
     rules = provider_rules(PROVIDER)
     out: list[Measurement] = []
     cases = (
-        ("request.history_200kb", "200 KB history (60 messages)", payloads.history_200kb(), 10.0),
+        ("request.history_200kb", "200 KB history (60 messages)", payloads.history_200kb(), 10.0, 2.5),
         (
             "request.body_8mb",
             f"{config.body_8mb / payloads.MIB:g} MB body ({config.blob_8mb / payloads.MIB:g} MB encrypted detail)",
             payloads.body_8mb(config.body_8mb, config.blob_8mb),
             20.0,
+            1.5,
         ),
     )
-    for name, label, body, target in cases:
+    for name, label, body, target, pass_target in cases:
         ours = prepare_request(body, rules).body
         theirs = baseline.prepare_request(body)
         if ours != theirs:
@@ -264,6 +297,18 @@ def run_request(config: Config) -> list[Measurement]:
                     },
                 },
                 others=[FLOOR_PASS, FLOOR_DECODE_ENCODE],
+            )
+        )
+        out.append(
+            timed_ratio(
+                f"{name}.vs_pass",
+                f"prepare_request vs one msgspec validating pass, {label} (time)",
+                samples,
+                "numi_mw",
+                FLOOR_PASS,
+                "<=",
+                pass_target,
+                extra={"body_bytes": len(body)},
             )
         )
     return out

@@ -9,7 +9,12 @@ Workloads (``--workloads`` picks some):
 
 - ``request.plain_2kb``, ``request.rewrite_2kb``, ``request.history_200kb``: ``prepare_request`` on the harness's
   payloads for an OpenRouter route;
+- ``request.body_8mb``: ``prepare_request`` on the 8 MB body;
+- ``floor.pass_200kb``, ``floor.pass_8mb``: one msgspec validating pass over those bodies that builds nothing
+  (the floor of the request rows, ``inprocess.FLOOR_PASS``);
 - ``asgi.plain_2kb``, ``asgi.rewrite_2kb``: one request through ``ReasoningMiddleware`` around the bare app;
+- ``floor.asgi_2kb``: one plain 2 KB request through the replay-only middleware (``inprocess.ReplayOnly``), the
+  floor the middleware rows are measured over;
 - ``stream.spec_2000``: the 2,000-event spec-shaped stream through one ``SSERewriter`` (per stream);
 - ``stream.think_2000``: the 2,000-event local stream with ``<think>`` tags in ``content``
   (``payloads.local_stream_events``) through one ``SSERewriter`` that splits them (per stream).
@@ -33,8 +38,12 @@ WORKLOADS: dict[str, int] = {
     "request.plain_2kb": 200,
     "request.rewrite_2kb": 200,
     "request.history_200kb": 4,
+    "floor.pass_200kb": 4,
+    "request.body_8mb": 1,
+    "floor.pass_8mb": 1,
     "asgi.plain_2kb": 200,
     "asgi.rewrite_2kb": 200,
+    "floor.asgi_2kb": 200,
     "stream.spec_2000": 2,
     "stream.think_2000": 2,
 }
@@ -42,17 +51,29 @@ WORKLOADS: dict[str, int] = {
 
 
 def _workload(name: str) -> Callable[[int], None]:
+    import msgspec
+
     from benchmarks import payloads
-    from benchmarks.inprocess import _scope, bare_app, call_asgi
+    from benchmarks.inprocess import ReplayOnly, _Nothing, _scope, bare_app, call_asgi
     from numi_mw import ReasoningMiddleware, ResponseOptions, SSERewriter, fixed_route, prepare_request, provider_rules
     from numi_mw.core.think import ThinkTags
 
     route = fixed_route(provider_rules("openrouter"))
+    if name.startswith("floor.pass"):
+        body = payloads.history_200kb() if name == "floor.pass_200kb" else payloads.body_8mb()
+        skip = msgspec.json.Decoder(_Nothing).decode
+
+        def run_passes(n: int) -> None:
+            for _ in range(n):
+                skip(body)
+
+        return run_passes
     if name.startswith("request."):
         body = {
             "request.plain_2kb": payloads.plain_2kb,
             "request.rewrite_2kb": payloads.request_2kb,
             "request.history_200kb": payloads.history_200kb,
+            "request.body_8mb": payloads.body_8mb,
         }[name]()
 
         def run_requests(n: int) -> None:
@@ -60,9 +81,13 @@ def _workload(name: str) -> Callable[[int], None]:
                 prepare_request(body, route)
 
         return run_requests
-    if name.startswith("asgi."):
-        app = ReasoningMiddleware(bare_app(), provider="openrouter")
-        body = payloads.plain_2kb() if name == "asgi.plain_2kb" else payloads.request_2kb()
+    if name.startswith("asgi.") or name == "floor.asgi_2kb":
+        app = (
+            ReplayOnly(bare_app())
+            if name == "floor.asgi_2kb"
+            else ReasoningMiddleware(bare_app(), provider="openrouter")
+        )
+        body = payloads.request_2kb() if name == "asgi.rewrite_2kb" else payloads.plain_2kb()
         scope = _scope(body)
 
         async def calls(n: int) -> None:
@@ -114,11 +139,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
+    counts: dict[str, int] = {}
     for name in args.workloads.split(","):
         n = WORKLOADS[name]
-        per = (_count(name, 2 * n) - _count(name, n)) // n
+        per = counts[name] = (_count(name, 2 * n) - _count(name, n)) // n
         print(f"{name:24s} {per:>12,} instructions per {'stream' if name.startswith('stream') else 'call'}")
+    for name, floor, target in FLOOR_RATIOS:
+        if name in counts and floor in counts:
+            print(f"{name:24s} {counts[name] / counts[floor]:12.2f}x {floor} (target <= {target:g}x)")
     return 0
+
+
+FLOOR_RATIOS = (
+    ("request.history_200kb", "floor.pass_200kb", 2.5),
+    ("request.body_8mb", "floor.pass_8mb", 1.5),
+)
+"""The request rows' targets against their floor, in instructions (the timed rows are in ``inprocess``)."""
 
 
 if __name__ == "__main__":

@@ -325,7 +325,7 @@ def run_request_memory(config: Config) -> list[Measurement]:
             ratio,
             Spread(ratio, ratio, ratio, ratio, ratio, 1),
             "<=",
-            3.0,
+            2.0,
             sides,
             {
                 "body_bytes": size,

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from numi_mw.core import codec
+from numi_mw.core import codec, spliced
 from numi_mw.core.adapters import WIRE_APIS, RequestFacts, Translation
 from numi_mw.core.budget import output_limit
 from numi_mw.core.catalog import Catalog
@@ -48,9 +48,12 @@ MIN_DETAIL_LIMIT = MAX_SIGNATURE_BYTES
 UTF-8 size never exceeds its encoded length, so the detail walk is skipped."""
 
 PROBE_MAX_BYTES = 64 * 1024
-"""Bodies up to this size (bytes) are probed first (``probe``); larger ones are decoded straight away.
-Measured: for a 2 KiB body the probe costs a third of a full decode plus the walk; for bodies with thousands
-of tiny messages it costs more than decoding, and such bodies are large."""
+"""Bodies up to this size (bytes) are probed first (``probe``) and, when it finds changes, decoded whole; larger
+ones on a fixed chat completions route are decoded only as far as the rules read (``prepare_spliced``).
+Measured: for a 2 KiB body the probe costs a third of a full decode plus the walk, and the spliced path costs
+more than the full one (98.7 k instructions against 90.9 k on the harness's 2 KB rewrite); for bodies with
+thousands of tiny messages the probe costs more than decoding, and such bodies are large; on the 200 KB
+history the spliced path costs 11 % less than the full one, and half the memory on an 8 MB body."""
 
 
 class _MessageProbe(msgspec.Struct, gc=False, forbid_unknown_fields=True):
@@ -199,10 +202,15 @@ def prepare_request(
         raise payload_too_large(max_body_bytes, len(body))
     route = fixed_route(target) if isinstance(target, ProviderRules) else target
     found = _REWRITE
-    if isinstance(route, Route) and route.probes and len(body) <= PROBE_MAX_BYTES and not restored:
-        found = probe(body, route)
-        if found is _PLAIN or found is _PLAIN_STREAM:
-            return PreparedRequest(body, False, NO_CONTROLS, found is _PLAIN_STREAM, route)
+    if isinstance(route, Route) and not restored:
+        if route.probes and len(body) <= PROBE_MAX_BYTES:
+            found = probe(body, route)
+            if found is _PLAIN or found is _PLAIN_STREAM:
+                return PreparedRequest(body, False, NO_CONTROLS, found is _PLAIN_STREAM, route)
+        if len(body) > PROBE_MAX_BYTES and route.wire_api not in WIRE_APIS:
+            prepared = prepare_spliced(body, route)
+            if prepared is not None:
+                return prepared
     data = codec.decode_object(body)
     controls, changed = fold_controls(data)
     if isinstance(route, Catalog):
@@ -228,6 +236,27 @@ def prepare_request(
     translation = adapter.translate(data, controls, RequestFacts(adaptive=route.adaptive))
     notes += translation.adjustments
     return PreparedRequest(codec.encode(translation.body), True, controls, stream, route, translation, notes, count)
+
+
+def prepare_spliced(body: bytes, route: Route) -> PreparedRequest | None:
+    """``prepare_request`` for a fixed chat completions route, on a body decoded only as far as the rules read it
+    (``spliced``): what they do not touch goes upstream as its original bytes. ``None`` when the body is not one
+    ``spliced.decode`` takes; the full decode then decides.
+
+    Raises:
+        ApiError: what ``prepare_request`` raises for the same body on the same route.
+    """
+    data = spliced.decode(body)
+    if data is None:
+        return None
+    controls, changed = fold_controls(data)
+    notes: list[str] = []
+    if prepare_controls(data, controls, route, notes):
+        changed = True
+    if "messages" in data and spliced.prepare_messages(data["messages"], route, len(body)):
+        changed = True
+    stream = data.get("stream") is True
+    return PreparedRequest(spliced.encode(data) if changed else body, changed, controls, stream, route, None, notes)
 
 
 DEFAULT_MAX_TOKENS_CAP = 32_000
@@ -290,13 +319,7 @@ def prepare_for_route(
         ApiError: 400 ``invalid_request`` for ``messages`` of the wrong shape or a detail over its size limit.
     """
     rules = route.rules
-    changed = False
-    if controls.present:
-        form = route.controls_form
-        if encode_controls(data, controls, form, include_reasoning=rules.send_include_reasoning, notes=notes):
-            changed = True
-    elif route.reasoning and add_zai_thinking(data, route.controls_form):
-        changed = True
+    changed = prepare_controls(data, controls, route, notes)
     if "messages" in data:
         messages = data["messages"]
         if metadata or not route.keeps_details:  # else the filter keeps every message as it is
@@ -311,6 +334,18 @@ def prepare_for_route(
         if body_size > MIN_DETAIL_LIMIT:
             check_detail_limits(messages)
     return changed
+
+
+def prepare_controls(
+    data: dict[str, Any], controls: ReasoningControls, route: Route, notes: list[str] | None = None
+) -> bool:
+    """The controls in the route's form (``controls.encode_controls``), or a Z.AI request with no controls given
+    its ``thinking`` (spec 000 "Provider-Specific Handling"), in place; returns whether ``data`` changed."""
+    if controls.present:
+        form = route.controls_form
+        include = route.rules.send_include_reasoning
+        return encode_controls(data, controls, form, include_reasoning=include, notes=notes)
+    return route.reasoning and add_zai_thinking(data, route.controls_form)
 
 
 def is_chat_completions(method: str, path: str) -> bool:

@@ -1,0 +1,221 @@
+"""A request body decoded only as far as the request rules read it, and written back around what they left.
+
+One msgspec pass (``decode``) gives the top level of a chat completions body as builtins, except that each
+object inside a top-level array (every message of ``messages``, every tool of ``tools``) is a
+``dict[str, msgspec.Raw]``: its keys, and each value as the bytes it came as, neither built nor copied. The
+request rules then run as they always do, on fewer objects (``prepare_messages``): a message the history rules
+cannot change (no internal metadata, no ``provider_specific_fields``, and not an assistant turn with a
+reasoning field) is not looked at again; the others get the values the rules read decoded (``role``, the plain
+reasoning text, and what the route's row of spec 000's filter reads besides) and go through
+``history.prepare_messages`` and ``history.normalize_messages``. msgspec's encoder writes every ``Raw`` back
+as its original bytes: numbers (``1e5``, ``1.10``), string escapes, spacing and duplicate keys inside a value
+no rule touched reach the upstream as the client wrote them.
+
+The reasoning detail size limits (spec 004 "Reasoning detail") read a detail's fields only where its raw
+bytes could be over a limit: a JSON string's UTF-8 size never exceeds its encoded length (``check_limits``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, Union
+
+import msgspec
+
+from numi_mw.core.codec import is_utf8
+from numi_mw.core.details import MAX_DATA_BYTES, MAX_SIGNATURE_BYTES, MAX_TEXT_BYTES, check_detail_limits
+from numi_mw.core.fields import HELD_FIELD, HELD_REASONING_FIELDS, PLAIN_FIELDS, THINKING_BLOCKS
+from numi_mw.core.history import normalize_messages
+from numi_mw.core.history import prepare_messages as filter_messages
+from numi_mw.core.routing import Route
+
+__all__ = ["decode", "encode", "prepare_messages"]
+
+Raw = msgspec.Raw
+
+_Item = Union[dict[str, Raw], str, int, float, bool, None, list[Any]]  # noqa: UP007 (msgspec reads the Union)
+_Top = dict[str, Union[list[_Item], dict[str, Any], str, int, float, bool, None]]  # noqa: UP007
+_decoder = msgspec.json.Decoder(_Top)
+_details = msgspec.json.Decoder(list[_Item])
+_items = msgspec.json.Decoder(list[Raw])
+_object = msgspec.json.Decoder(dict[str, Raw])
+
+
+def _detail(item: Raw) -> dict[str, Raw] | None:
+    """A detail's fields as ``Raw``, or ``None`` for an item that is not an object."""
+    try:
+        return _object.decode(item)
+    except msgspec.ValidationError:
+        return None
+
+
+_value = msgspec.json.Decoder()
+encode = msgspec.json.Encoder().encode
+"""Encode a body from ``decode`` (``Raw`` values as their bytes) to compact JSON bytes."""
+
+_LIMITS = (
+    ("text", MAX_TEXT_BYTES),
+    ("summary", MAX_TEXT_BYTES),
+    ("signature", MAX_SIGNATURE_BYTES),
+    ("data", MAX_DATA_BYTES),
+)
+_ASSISTANT = Raw(b'"assistant"')
+_ROLE_BYTES = len(_ASSISTANT)
+_REASONING_KEYS = frozenset((*HELD_REASONING_FIELDS, HELD_FIELD))
+"""Keys that make an assistant message one the history rules may change (a ``provider_specific_fields`` makes
+any message one)."""
+
+
+def decode(body: bytes) -> dict[str, Any] | None:
+    """The top level of a request ``body`` as builtins, with every object of a top-level array a
+    ``dict[str, msgspec.Raw]``; ``None`` when the body is not that (not JSON, not UTF-8, not an object, a
+    ``messages`` that is not an array of objects, a number no float holds at the top level): the full decode
+    then decides, and refuses it with the error it always gave (``codec.decode_object``,
+    ``history.prepare_messages``)."""
+    try:
+        data = _decoder.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if not is_utf8(body):  # msgspec does not check the strings it keeps as Raw
+        return None
+    messages = data.get("messages", [])
+    if type(messages) is not list:
+        return None
+    for message in messages:
+        if type(message) is not dict:
+            return None
+    return data
+
+
+def _is_assistant(role: Raw | None) -> bool:
+    if role is None:
+        return False
+    if role == _ASSISTANT:
+        return True
+    return len(role) > _ROLE_BYTES and _value.decode(role) == "assistant"  # written with escapes
+
+
+def _has_metadata(message: dict[str, Raw]) -> bool:
+    """Whether ``message`` has a key of internal metadata (one starting with ``_``)."""
+    return min(message, default="`") < "`" and any(key[:1] == "_" for key in message)  # "_" sorts below "`"
+
+
+def _read_keys(route: Route) -> tuple[str, ...]:
+    """The message keys whose values the filter and the table read on ``route`` (``history``)."""
+    keys = ["role", *PLAIN_FIELDS]
+    if route.replay == "details" and not route.preserve:
+        keys.append("tool_calls")  # the row keeps details on tool-call turns only
+    if route.reasoning and (route.replay == "text" or (route.replay == "preserved-text" and route.preserve)):
+        keys += ("reasoning_details", THINKING_BLOCKS)  # dropped, their text may become the reasoning text
+    return tuple(keys)
+
+
+def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: int) -> bool:
+    """Spec 000's message preparation filter and spec 004's reasoning / reasoning_content table on the messages
+    of a body from ``decode``, in place, then the detail size limits on what goes upstream; the history rules
+    themselves are ``history.prepare_messages`` and ``history.normalize_messages``.
+
+    Args:
+        messages: ``decode``'s messages (each a ``dict[str, msgspec.Raw]``); the ones that change are replaced
+            by dicts that mix decoded values (those the rules wrote) with ``Raw`` ones (the rest).
+        route: the request's route.
+        body_size: the body's size in bytes (no detail can be over its limit in a body of at most 1 MiB).
+
+    Returns:
+        Whether any message changed.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` for a reasoning detail over its size limit (``details``).
+    """
+    read: tuple[str, ...] = ()
+    found: list[int] = []
+    views: list[dict[str, Any]] = []
+    originals: list[dict[str, Any]] = []
+    metadata = False
+    for i, message in enumerate(messages):
+        if message.keys().isdisjoint(_REASONING_KEYS):
+            if not _has_metadata(message):
+                continue  # neither rule can change it
+            wanted: Collection[str] = ()
+            metadata = True
+        elif HELD_FIELD in message:
+            wanted = message.keys()  # ``unheld`` reads every reasoning field
+            metadata = True
+        elif _is_assistant(message.get("role")):
+            if not read:
+                read = _read_keys(route)
+            wanted = read
+            if _has_metadata(message):
+                metadata = True
+        elif _has_metadata(message):
+            wanted = ()
+            metadata = True
+        else:
+            continue
+        view = dict(message)
+        for key in wanted:
+            if key in message:
+                view[key] = _value.decode(message[key])
+        found.append(i)
+        views.append(view)
+        originals.append(view.copy())  # the view as decoded: the rules change views in place
+    if not views:
+        if body_size > MAX_SIGNATURE_BYTES:
+            check_limits(messages)
+        return False
+    filtered = views
+    if metadata or not route.keeps_details:  # else the filter keeps every message as it is
+        filtered = filter_messages(views, route.replay, reasoning=route.reasoning, preserve=route.preserve)
+    changed = normalize_messages(filtered, route.rules.reasoning_field)
+    for i, view, original, out in zip(found, views, originals, filtered, strict=True):
+        if out is not view or changed:
+            messages[i] = _spliced(messages[i], original, out)
+    changed = changed or filtered is not views
+    if body_size > MAX_SIGNATURE_BYTES:
+        check_limits(messages)
+    return changed
+
+
+def _spliced(raw: dict[str, Raw], view: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` (a message the rules made from ``view``, which is ``raw`` with some values decoded), with each
+    value the rules left where it was back as its original bytes."""
+    return {key: raw[key] if key in raw and view[key] is value else value for key, value in out.items()}
+
+
+def check_limits(messages: list[dict[str, Any]]) -> None:
+    """``details.check_detail_limits`` on messages from ``prepare_messages``, decoding only the detail fields
+    whose raw bytes are over their limit: a JSON string's UTF-8 size never exceeds its encoded length (an escape
+    is at least as long as what it stands for), so a shorter one cannot be over it.
+
+    Raises:
+        ApiError: what ``check_detail_limits`` raises, for the same field.
+    """
+    checked: list[Any] | None = None
+    for i, message in enumerate(messages):
+        details = message.get("reasoning_details")
+        if type(details) is Raw:
+            raw: Raw = details
+            if len(raw) <= MAX_SIGNATURE_BYTES:
+                continue
+            try:
+                details = [_suspects(detail) for detail in _details.decode(raw)]
+            except msgspec.DecodeError:  # an item that is not an object holds a number no float holds
+                details = [_suspects(_detail(item)) for item in _items.decode(raw)]
+        elif type(details) is not list:
+            continue
+        if checked is None:
+            checked = [None] * len(messages)
+        checked[i] = {"reasoning_details": details}
+    if checked is not None:
+        check_detail_limits(checked)
+
+
+def _suspects(detail: Any) -> Any:
+    """The fields of a detail (a ``dict[str, Raw]``) whose raw bytes are over their limit, decoded."""
+    if type(detail) is not dict:
+        return None
+    return {
+        field: _value.decode(raw)
+        for field, limit in _LIMITS
+        if (raw := detail.get(field)) is not None and len(raw) > limit
+    }

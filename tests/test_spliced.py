@@ -1,0 +1,346 @@
+"""The spliced request path (``core.spliced``) against a straightforward full decode, rules, encode.
+
+The reference is the request pipeline as it runs on a fully decoded body (``codec.decode_object``,
+``fold_controls``, ``prepare_for_route``, ``codec.encode``). For every body and route: the same error, or the same
+decision (changed or not, controls, notes, stream) and the same JSON with the same key order; a body the rules
+leave alone is the original bytes object; and every value of a message the rules leave alone reaches the
+upstream as the bytes it came as (signatures and encrypted data among them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks import payloads
+from numi_mw.core import codec
+from numi_mw.core.controls import fold_controls
+from numi_mw.core.errors import ApiError
+from numi_mw.core.fields import PLAIN_FIELDS
+from numi_mw.core.providers import PROVIDERS
+from numi_mw.core.request import PROBE_MAX_BYTES, PreparedRequest, prepare_for_route, prepare_request, prepare_spliced
+from numi_mw.core.routing import Route, fixed_route
+
+ROUTES = [fixed_route(rules, preserve=preserve) for rules in PROVIDERS.values() for preserve in (True, False)]
+ROUTE_IDS = [f"{route.rules.name}-{'preserve' if route.preserve else 'no-preserve'}" for route in ROUTES]
+
+
+class _Messages(msgspec.Struct):
+    messages: list[dict[str, msgspec.Raw]] = []
+
+
+_messages = msgspec.json.Decoder(_Messages)
+
+
+def reference(body: bytes, route: Route) -> tuple[bytes, bool, Any, list[str], bool]:
+    """The full decode, the rules on builtins, the full encode."""
+    data = codec.decode_object(body)
+    controls, changed = fold_controls(data)
+    notes: list[str] = []
+    if prepare_for_route(data, controls, route, len(body), notes=notes):
+        changed = True
+    return (codec.encode(data) if changed else body), changed, controls, notes, data.get("stream") is True
+
+
+def canonical(body: bytes) -> bytes:
+    """``body`` written the way msgspec writes it (key order kept)."""
+    return codec.encode(msgspec.json.decode(body))
+
+
+def _raw_messages(body: bytes) -> list[dict[str, bytes]]:
+    return [
+        {key: bytes(memoryview(value)) for key, value in message.items()} for message in _messages.decode(body).messages
+    ]
+
+
+def spliced_or_full(body: bytes, route: Route) -> PreparedRequest:
+    """The spliced path whatever the body's size (``prepare_request`` takes it for large bodies only), or the
+    full one for a body it does not take."""
+    return prepare_spliced(body, route) or prepare_request(body, route)
+
+
+def check(body: bytes, route: Route) -> None:
+    check_with(body, route, spliced_or_full, kept=True)
+    check_with(body, route, prepare_request, kept=len(body) > PROBE_MAX_BYTES)
+
+
+def check_with(body: bytes, route: Route, prepare: Callable[[bytes, Route], PreparedRequest], *, kept: bool) -> None:
+    """``prepare`` against the reference; ``kept``: untouched values must keep their bytes (the spliced path)."""
+    try:
+        expected = reference(body, route)
+    except ApiError as error:
+        with pytest.raises(ApiError) as caught:
+            prepare(body, route)
+        assert (caught.value.code, caught.value.message, caught.value.param) == (error.code, error.message, error.param)
+        return
+    prepared = prepare(body, route)
+    out, changed, controls, notes, stream = expected
+    assert (prepared.changed, prepared.controls, prepared.adjustments, prepared.stream) == (
+        changed,
+        controls,
+        notes,
+        stream,
+    )
+    if not changed:
+        assert prepared.body is body
+        return
+    assert canonical(prepared.body) == out
+    if not kept:
+        return
+    before, after = _raw_messages(body), _raw_messages(prepared.body)
+    decoded_out = msgspec.json.decode(out).get("messages", [])
+    for i, message in enumerate(msgspec.json.decode(body).get("messages", [])):
+        if decoded_out[i] == message and list(decoded_out[i]) == list(message):
+            assert after[i] == before[i], f"messages[{i}] was left alone by the rules but not kept as its bytes"
+        for key, value in message.items():  # a value the rules did not write keeps its bytes in a changed message
+            if key not in PLAIN_FIELDS and key in decoded_out[i] and decoded_out[i][key] == value:
+                assert after[i][key] == before[i][key], f"messages[{i}].{key} was rewritten"
+
+
+# --- the spec's examples, the handed cases, the recorded answers as history, the harness's payloads ----------
+
+
+def _spec_bodies(shared: Path) -> list[bytes]:
+    bodies = []
+    for path in sorted((shared / "spec").glob("*.txt")):
+        for found in re.findall(r"-d '(\{.*?\})'", path.read_text()):
+            try:
+                value = json.loads(found)
+            except ValueError:
+                continue
+            if isinstance(value, dict) and "messages" in value:
+                bodies.append(json.dumps(value).encode())
+    return bodies
+
+
+def _case_bodies(shared: Path) -> list[bytes]:
+    cases = json.loads((shared / "cases" / "public-bugs.json").read_text())
+    return [
+        json.dumps(case["input"]["request"]).encode()
+        for case in cases
+        if isinstance(case["input"], dict) and isinstance(case["input"].get("request"), dict)
+    ]
+
+
+def _fixture_bodies(shared: Path) -> list[bytes]:
+    """Each recorded buffered chat completion's message sent back as the assistant turn of a next request,
+    written as recorded (its own spacing) and with both shorthands."""
+    bodies = []
+    for path in sorted((shared / "fixtures" / "openai-chat").glob("*.buffered.json")):
+        raw = path.read_text()
+        answer = json.loads(raw)
+        message = answer["choices"][0]["message"]
+        text = json.dumps(message, indent=2, ensure_ascii=False)
+        for controls in ("", '"reasoning_effort": "high", "include_reasoning": true, '):
+            bodies.append(
+                (
+                    '{"model": "m", '
+                    + controls
+                    + '"messages": [{"role": "user", "content": "Hi \\u00e9"}, '
+                    + text
+                    + ', {"role": "user", "content": "And?", "n": 1e5, "x": 1.10}]}'
+                ).encode()
+            )
+    return bodies
+
+
+def test_spec_examples_cases_and_recorded_answers_match_the_full_decode(shared_dir: Path) -> None:
+    bodies = _spec_bodies(shared_dir) + _case_bodies(shared_dir) + _fixture_bodies(shared_dir)
+    assert len(_spec_bodies(shared_dir)) >= 1
+    assert len(_fixture_bodies(shared_dir)) >= 20
+    for body in bodies:
+        for route in ROUTES:
+            check(body, route)
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=ROUTE_IDS)
+def test_harness_payloads_match_the_full_decode(route: Route) -> None:
+    for body in (payloads.request_2kb(), payloads.plain_2kb(), payloads.history_200kb(size=20_000, messages=12)):
+        check(body, route)
+
+
+def test_a_large_detail_is_checked_and_a_large_kept_one_is_spliced_back() -> None:
+    route = fixed_route(PROVIDERS["openrouter"])
+    body = payloads.body_8mb(3 * payloads.MIB, 2 * payloads.MIB)
+    check(body, route)
+    over = json.dumps(
+        {
+            "messages": [
+                {"role": "assistant", "content": "x", "reasoning_details": [{"signature": "s" * ((1 << 20) + 1)}]}
+            ]
+        }
+    ).encode()
+    with pytest.raises(ApiError) as caught:
+        prepare_request(over, route)
+    assert caught.value.param == "messages[0].reasoning_details[0].signature"
+    check(over, route)
+
+
+def test_untouched_values_keep_their_bytes() -> None:
+    body = (
+        b'{"model":"m","reasoning_effort":"low","messages":[{"role":"user","content":"caf\\u00e9",'
+        b'"n":1e5,"m":1.0,"meta":{"a":1,"a":2}},{"role":"assistant","content":null,"reasoning_content":"t",'
+        b'"reasoning_details":[{"type":"reasoning.text","text":"t","signature":"c2ln\\/"}]}]}'
+    )
+    prepared = spliced_or_full(body, fixed_route(PROVIDERS["openrouter"]))
+    assert prepared.body == (
+        b'{"model":"m","reasoning":{"effort":"low"},"messages":[{"role":"user","content":"caf\\u00e9",'
+        b'"n":1e5,"m":1.0,"meta":{"a":1,"a":2}},{"role":"assistant","content":null,"reasoning":"t",'
+        b'"reasoning_details":[{"type":"reasoning.text","text":"t","signature":"c2ln\\/"}]}]}'
+    )
+
+
+def test_a_number_no_float_holds_inside_a_message_goes_as_sent() -> None:
+    """The full decode refused it (msgspec reads every number); no rule reads this one, so it goes upstream as
+    the client wrote it, as it would talking to the provider directly."""
+    body = b'{"reasoning_effort":"low","messages":[{"role":"user","content":"x","seed":1e400}]}'
+    prepared = spliced_or_full(body, fixed_route(PROVIDERS["openrouter"]))
+    assert prepared.body == b'{"reasoning":{"effort":"low"},"messages":[{"role":"user","content":"x","seed":1e400}]}'
+
+
+# --- generated histories, written in many ways -----------------------------------------------------------------
+
+NUMBERS = ["1", "1.0", "1e5", "-0.0", "2.50", "1E-3", "12345678901234567890123"]
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8)
+
+
+class Number:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _value(depth: int = 0) -> st.SearchStrategy[Any]:
+    scalars = st.one_of(st.none(), st.booleans(), TEXT, st.sampled_from(NUMBERS).map(Number))
+    if depth >= 2:
+        return scalars
+    return st.one_of(
+        scalars,
+        st.lists(_value(depth + 1), max_size=3),
+        st.lists(st.tuples(st.sampled_from(["a", "b", "type", "text"]), _value(depth + 1)), max_size=3),
+    )
+
+
+REASONING = st.one_of(st.none(), st.just(""), st.just("think"), st.just("other"), st.sampled_from(NUMBERS).map(Number))
+DETAILS = st.lists(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["type", "text", "signature", "data", "format", "summary", "extra"]),
+            st.one_of(st.sampled_from(["reasoning.text", "reasoning.encrypted", "reasoning.summary"]), TEXT),
+        ),
+        max_size=4,
+    ),
+    max_size=2,
+)
+MESSAGE_KEY = st.sampled_from(
+    [
+        "role",
+        "content",
+        "reasoning",
+        "reasoning_content",
+        "reasoning_details",
+        "thinking_blocks",
+        "tool_calls",
+        "provider_specific_fields",
+        "_stored_at",
+        "name",
+        "x",
+    ]
+)
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> list[tuple[str, Any]]:
+    pairs: list[tuple[str, Any]] = []
+    for key in draw(st.lists(MESSAGE_KEY, max_size=6)):
+        if key == "role":
+            value: Any = draw(st.sampled_from(["assistant", "user", "tool", "system", "Assistant"]))
+        elif key in ("reasoning", "reasoning_content"):
+            value = draw(REASONING)
+        elif key in ("reasoning_details", "thinking_blocks"):
+            value = draw(DETAILS)
+        elif key == "provider_specific_fields":
+            value = draw(st.lists(st.tuples(st.sampled_from(["reasoning_content", "reasoning", "other"]), REASONING)))
+        elif key == "tool_calls":
+            value = draw(st.sampled_from([[], None, [[("id", "c1"), ("type", "function")]]]))
+        else:
+            value = draw(_value())
+        pairs.append((key, value))
+    if draw(st.booleans()):
+        pairs.insert(0, ("role", "assistant"))
+    return pairs
+
+
+def dump(value: Any, style: tuple[str, str, bool]) -> str:
+    """JSON text of a generated value: objects are lists of pairs (keys may repeat), numbers as written."""
+    space, colon, ascii_only = style
+    if isinstance(value, Number):
+        return value.text
+    if isinstance(value, list) and value and all(isinstance(item, tuple) for item in value):
+        inner = ("," + space).join(json.dumps(k, ensure_ascii=ascii_only) + colon + dump(v, style) for k, v in value)
+        return "{" + space + inner + space + "}"
+    if isinstance(value, list):
+        return "[" + space + ("," + space).join(dump(item, style) for item in value) + space + "]"
+    return json.dumps(value, ensure_ascii=ascii_only)
+
+
+STYLE = st.tuples(st.sampled_from(["", " ", "\n  "]), st.sampled_from([":", ": ", " : "]), st.booleans())
+TOP = st.lists(
+    st.one_of(
+        st.tuples(st.just("reasoning_effort"), st.sampled_from(["low", "high", None, "max"])),
+        st.tuples(st.just("include_reasoning"), st.sampled_from([True, False, None])),
+        st.tuples(st.just("reasoning"), st.sampled_from([[("effort", "low")], [("exclude", True)], None])),
+        st.tuples(st.just("stream"), st.booleans()),
+        st.tuples(st.just("temperature"), st.sampled_from(NUMBERS).map(Number)),
+        st.tuples(st.just("tools"), st.just([[("type", "function"), ("function", [("name", "f")])]])),
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    top=TOP,
+    history=st.lists(messages(), max_size=5),
+    style=STYLE,
+    route=st.sampled_from(ROUTES),
+)
+def test_generated_histories_match_the_full_decode(
+    top: list[tuple[str, Any]], history: list[list[tuple[str, Any]]], style: tuple[str, str, bool], route: Route
+) -> None:
+    check(dump([("model", "m"), *top, ("messages", history)], style).encode(), route)
+
+
+def test_a_large_detail_list_with_a_number_no_float_holds_is_still_checked() -> None:
+    signature = "s" * ((1 << 20) + 1)
+    body = (
+        b'{"messages":[{"role":"assistant","content":"x","reasoning_details":[1e400,{"signature":"'
+        + signature.encode()
+        + b'"}]}]}'
+    )
+    with pytest.raises(ApiError) as caught:
+        prepare_request(body, fixed_route(PROVIDERS["openrouter"]))
+    assert caught.value.param == "messages[0].reasoning_details[1].signature"
+
+
+def test_utf8_is_checked_across_chunk_boundaries() -> None:
+    """``codec.is_utf8`` reads 64 KiB at a time: a character split by a chunk boundary is still one character,
+    and a body cut inside one is still refused (by the full decode's error)."""
+    route = fixed_route(PROVIDERS["openrouter"])
+    for pad in range(codec.UTF8_CHUNK_BYTES - 20, codec.UTF8_CHUNK_BYTES - 10):
+        text = "a" * pad + "€" * 10
+        body = json.dumps({"messages": [{"role": "user", "content": text}]}, ensure_ascii=False).encode()
+        assert codec.is_utf8(body)
+        assert prepare_request(body, route).body is body
+        broken = body.replace("€".encode(), "€".encode()[:2], 1)
+        assert not codec.is_utf8(broken)
+        with pytest.raises(ApiError) as caught:
+            prepare_request(broken, route)
+        assert caught.value.code == "invalid_json"
