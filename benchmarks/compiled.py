@@ -1,12 +1,12 @@
 """The optional mypyc build of ``numi_mw/core``, and pure against compiled, side by side.
 
-``python -m benchmarks.compiled build`` (what ``.ci/build-mypyc`` runs) compiles ``numi_mw/core`` with mypyc into
-a folder outside the repository, ``${NUMI_MW_CACHE:-~/.cache/numi_mw}/mypyc-KEY``, and prints that folder. It holds
-a copy of the ``numi_mw`` package whose core modules are C extensions (the ``.py`` files stay beside them; Python
-loads an extension first), and mypyc's shared runtime library. KEY hashes every file of the package (the copy
-holds them all), the modules left out, the mypy version and the Python version and ABI, so a change to any of them
-builds anew and an unchanged tree is reused at once. The pure Python package stays the default install; this needs
-mypy (the ``dev`` extra) and a C compiler with the Python headers.
+``python -m benchmarks.compiled build`` (what ``.ci/build-mypyc`` runs) compiles the modules of ``numi_mw/core``
+but ``LEFT_OUT`` with mypyc into a folder outside the repository, ``${NUMI_MW_CACHE:-~/.cache/numi_mw}/mypyc-KEY``,
+and prints that folder. It holds a copy of the ``numi_mw`` package whose compiled modules are C extensions (the
+``.py`` files stay beside them; Python loads an extension first), and mypyc's shared runtime library. KEY hashes
+every file of the package (the copy holds them all), the modules left out, the mypy version and the Python version
+and ABI, so a change to any of them builds anew and an unchanged tree is reused at once. The pure Python package
+stays the default install; this needs mypy (the ``dev`` extra) and a C compiler with the Python headers.
 
 Putting the folder first on the path selects the compiled core (``--import-mode=append`` keeps pytest from putting
 the checkout's own ``numi_mw`` before it, and ``python -P`` does the same for ``-m``)::
