@@ -114,6 +114,8 @@ def _count(name: str, n: int) -> int:
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "callgrind.out")
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
+        if sys.flags.safe_path:  # run with -P (the compiled core first on PYTHONPATH): so is each count
+            command.append("-P")
         result = subprocess.run(
             [*command, "-m", "benchmarks.instructions", "--run", name, str(n)],
             capture_output=True,

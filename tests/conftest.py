@@ -26,3 +26,12 @@ def load_case(shared: Path, case_id: str) -> dict[str, Any]:
         if case["id"] == case_id:
             return case
     raise KeyError(case_id)
+
+
+def pytest_report_header() -> str:
+    """Which build of ``numi_mw.core`` this run tests: the pure Python modules or the mypyc-compiled ones."""
+    import numi_mw.core.history
+
+    where = numi_mw.core.history.__file__ or "?"
+    kind = "compiled (mypyc)" if where.endswith(".so") else "pure Python"
+    return f"numi_mw core: {kind}, {Path(where).parent}"
