@@ -362,7 +362,11 @@ class ChunkNormalizer:
             if type(plain) is not str:
                 return _SLOW
             state = self._choices[index]
-            entries = self._plain_entries(state, plain)
+            pos = state.rebuilder.open_text  # ``_plain_entries``, its common case inline
+            if pos >= 0:
+                entries: list[Any] = [{"type": "reasoning.text", "text": plain, "index": pos}]
+            else:
+                entries = self._plain_entries(state, plain)
             fields: dict[str, Any] = {}
             for key, value in delta.items():
                 if key == "reasoning_content":
@@ -429,7 +433,11 @@ class ChunkNormalizer:
             return self._fast_after(data, choice) if self.open_reasoning else UNCHANGED
         if "reasoning_details" not in delta and type(reasoning) is str and reasoning:
             state = self._choices[index]
-            delta["reasoning_details"] = self._plain_entries(state, reasoning)
+            pos = state.rebuilder.open_text  # ``_plain_entries``, its common case inline
+            if pos >= 0:
+                delta["reasoning_details"] = [{"type": "reasoning.text", "text": reasoning, "index": pos}]
+            else:
+                delta["reasoning_details"] = self._plain_entries(state, reasoning)
             state.sent += 1  # ``_sent``, inline on the common path
             if not state.open:
                 state.open = self.open_reasoning = True
