@@ -16,6 +16,9 @@ Workloads (``--workloads`` picks some):
 - ``floor.asgi_2kb``: one plain 2 KB request through the replay-only middleware (``inprocess.ReplayOnly``), the
   floor the middleware rows are measured over;
 - ``stream.spec_2000``: the 2,000-event spec-shaped stream through one ``SSERewriter`` (per stream);
+- ``stream.floor_2000``: the same stream through the floor of ``stream.spec_2000.vs_floor`` (``inprocess.FLOOR_STREAM``:
+  the bare split, then msgspec's decode and encode of each event that mentions ``reasoning``), so that the ratio of
+  the two is one the machine's load does not move;
 - ``stream.think_2000``: the 2,000-event local stream with ``<think>`` tags in ``content``
   (``payloads.local_stream_events``) through one ``SSERewriter`` that splits them (per stream).
 
@@ -45,6 +48,7 @@ WORKLOADS: dict[str, int] = {
     "asgi.rewrite_2kb": 200,
     "floor.asgi_2kb": 200,
     "stream.spec_2000": 2,
+    "stream.floor_2000": 2,
     "stream.think_2000": 2,
 }
 """Each workload with its ``N`` (iterations of the shorter run)."""
@@ -95,6 +99,17 @@ def _workload(name: str) -> Callable[[int], None]:
                 await call_asgi(app, scope, body)
 
         return lambda n: asyncio.run(calls(n))
+    if name == "stream.floor_2000":
+        from benchmarks.inprocess import _floor_stream
+
+        floor = _floor_stream(payloads.spec_stream_events(2000))
+
+        def run_floors(n: int) -> None:
+            for _ in range(n):
+                floor()
+
+        return run_floors
+
     think = name == "stream.think_2000"
     events = payloads.local_stream_events(2000, "tags") if think else payloads.spec_stream_events(2000)
     options = ResponseOptions(think=ThinkTags()) if think else ResponseOptions()

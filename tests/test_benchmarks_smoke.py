@@ -20,6 +20,7 @@ EXPECTED = {
     "request.body_8mb.memory",
     "stream.spec_2000",
     "stream.spec_2000.vs_split",
+    "stream.spec_2000.vs_floor",
     "stream.think_2000",
     "stream.accumulate.spec_2000",
     "stream.think_start.content",

@@ -273,15 +273,23 @@ class ChunkNormalizer:
         if not isinstance(choices, list) or not choices:
             return UNCHANGED
         self._envelope = data
-        if len(choices) == 1 and self._follows(choices[0]):
-            if self._plain:
-                fast = self._fast(data, choices[0])
-                if fast is not _SLOW:
-                    return fast
-            elif self.think is not None:
-                fast = self._fast_think(data, choices[0])
-                if fast is not _SLOW:
-                    return fast
+        if len(choices) == 1:
+            # ``_follows`` written out, since this runs once per chunk: a delta choice of a followed index
+            choice = choices[0]
+            if type(choice) is dict:
+                delta = choice.get("delta")
+                index = choice.get("index", 0)
+                states = self._choices
+                if type(delta) is dict and type(index) is int and (index in states or len(states) < MAX_CHOICES):
+                    if self._plain:
+                        if choice.get("finish_reason") is None:
+                            fast = self._fast(data, choice)
+                            if fast is not _SLOW:
+                                return fast
+                    elif self.think is not None:
+                        fast = self._fast_think(data, choice)
+                        if fast is not _SLOW:
+                            return fast
         results: list[list[Any]] = []
         changed = False
         for choice in choices:
@@ -330,16 +338,15 @@ class ChunkNormalizer:
         entries = self._entries(choice, delta, state, pieces, split=True, finishing=False)
         return UNCHANGED if entries is UNCHANGED else _chunks_of(data, [entries])
 
-    def _fast(self, data: dict[str, Any], choice: Any) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
+    def _fast(self, data: dict[str, Any], choice: dict[str, Any]) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
         """The common reasoning chunk (one choice; an unsigned text fragment that extends the open detail, with
         ``reasoning`` the same text or absent, or a plain ``reasoning`` / ``reasoning_content`` string), and the
         common chunk without reasoning while none is open, handled without the general machinery; ``_SLOW`` for
-        anything else. Same output as the general path, key order included."""
-        if type(choice) is not dict:
-            return _SLOW
-        delta = choice.get("delta")
-        if type(delta) is not dict or choice.get("finish_reason") is not None:
-            return _SLOW
+        anything else. Same output as the general path, key order included. ``choice`` is ``data``'s one choice:
+        a delta choice (``_is_delta_choice``) of a followed index that does not finish (``normalize`` checked it).
+        """
+        delta: dict[str, Any] = choice["delta"]
+        index: int = choice.get("index", 0)
         if "reasoning_content" in delta:
             plain = delta["reasoning_content"]
             if "reasoning" in delta or "reasoning_details" in delta:
@@ -354,8 +361,12 @@ class ChunkNormalizer:
                 return [data]
             if type(plain) is not str:
                 return _SLOW
-            state = self._choices[choice.get("index", 0)]
-            entries = self._plain_entries(state, plain)
+            state = self._choices[index]
+            pos = state.rebuilder.open_text  # ``_plain_entries``, its common case inline
+            if pos >= 0:
+                entries: list[Any] = [{"type": "reasoning.text", "text": plain, "index": pos}]
+            else:
+                entries = self._plain_entries(state, plain)
             fields: dict[str, Any] = {}
             for key, value in delta.items():
                 if key == "reasoning_content":
@@ -384,7 +395,7 @@ class ChunkNormalizer:
             shown = reasoning == text
             if not shown and reasoning is not None and reasoning != "":
                 return _SLOW
-            state = self._choices[choice.get("index", 0)]
+            state = self._choices[index]
             rebuilder = state.rebuilder
             pos = rebuilder.open_text
             if pos < 0 and state.held is not None:
@@ -421,8 +432,12 @@ class ChunkNormalizer:
             # no reasoning field at all (a translated stream's content chunks)
             return self._fast_after(data, choice) if self.open_reasoning else UNCHANGED
         if "reasoning_details" not in delta and type(reasoning) is str and reasoning:
-            state = self._choices[choice.get("index", 0)]
-            delta["reasoning_details"] = self._plain_entries(state, reasoning)
+            state = self._choices[index]
+            pos = state.rebuilder.open_text  # ``_plain_entries``, its common case inline
+            if pos >= 0:
+                delta["reasoning_details"] = [{"type": "reasoning.text", "text": reasoning, "index": pos}]
+            else:
+                delta["reasoning_details"] = self._plain_entries(state, reasoning)
             state.sent += 1  # ``_sent``, inline on the common path
             if not state.open:
                 state.open = self.open_reasoning = True

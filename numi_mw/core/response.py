@@ -236,6 +236,11 @@ def _head_of(data: bytes) -> dict[str, Any]:
     return {"id": head.id, "created": head.created, "model": head.model}
 
 
+_MAX_KEPT_HEAD = 4096
+"""A stream rewriter keeps the first chunk's data up to this many bytes and reads its head (``_head_of``) only if
+the stream breaks off; a larger first chunk is read at once, so that no more than this is held for it."""
+
+
 def _error_event(error: ApiError, head: dict[str, Any] | None) -> bytes:
     """The SSE event that ends a stream with ``error``: its chunk (``ApiError.stream_chunk``) as one data line."""
     return encode_event(codec.encode_lenient(error.stream_chunk(head)))
@@ -269,7 +274,8 @@ class SSERewriter:
         self._done = False
         self._prefilter = options.think is None  # with think splitting every chunk's content is read
         self._usage = options.usage
-        self._head: dict[str, Any] | None = None  # the first chunk's id, created and model, for an error chunk
+        # the first chunk's data (or, past ``_MAX_KEPT_HEAD``, its id, created and model), for an error chunk
+        self._head: bytes | dict[str, Any] | None = None
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the next bytes of the upstream body; return the bytes to send now.
@@ -332,7 +338,8 @@ class SSERewriter:
         return b"".join(out)
 
     def _break_off(self, error: ApiError) -> bytes:
-        return self._closing_chunks() + _error_event(error, self._head)
+        head = self._head
+        return self._closing_chunks() + _error_event(error, _head_of(head) if isinstance(head, bytes) else head)
 
     def _closing_chunks(self) -> bytes:
         self._done = True
@@ -353,35 +360,73 @@ class SSERewriter:
         """
         if data == b"[DONE]":
             return self._closing_chunks() + raw
-        if self._head is None:  # the first chunk: read once, for the error chunk of a break
-            self._head = _head_of(data)
-        if self._prefilter and not may_hold_reasoning(data) and (self._usage is None or not may_hold_usage(data)):
+        if self._head is None:  # the first chunk: kept, and read only if the stream breaks off (``_head_of``)
+            self._head = data if len(data) <= _MAX_KEPT_HEAD else _head_of(data)
+        usage = self._usage
+        # ``may_hold_reasoning`` written out: this runs once per event
+        if (
+            self._prefilter
+            and data.find(b"reasoning") < 0
+            and (_BACKSLASH not in data or data.find(b"\\u") < 0)
+            and (usage is None or not may_hold_usage(data))
+        ):
             if not self._normalizer.open_reasoning:
                 return raw
             before = self._normalizer.close_before(data)  # open reasoning ends before the answer's first chunk
             if before is not None:
                 return b"".join([b"data: " + codec.encode_lenient(chunk) + b"\n\n" for chunk in before]) + raw
-        encode: Callable[[Any], bytes] = _encode
         try:  # msgspec inline, not codec.decode_with_encoder: this runs once per event
             value = _decode(data)
         except (msgspec.DecodeError, RecursionError):
             value, encode = codec.fallback(data)
             if value is codec.UNDECODABLE:
                 return raw
-        accounted = self._usage is not None and account_completion(value, self._usage)
+            return self._send(raw, data, event, id, value, encode)
+        accounted = usage is not None and account_completion(value, usage)
         chunks = self._normalizer.normalize(value)
         if chunks is UNCHANGED:
             if not accounted:
                 return raw
             chunks = [value]
+        if len(chunks) == 1 and len(raw) - len(data) <= _ONE_DATA_LINE:  # one chunk for one data line
+            try:
+                return b"data: " + _encode(chunks[0]) + b"\n\n"
+            except UnicodeEncodeError:  # text a think splitter held from an event only the fallback could read
+                return b"data: " + codec.encode_lenient(chunks[0]) + b"\n\n"
+        return self._frame_chunks(raw, data, event, id, value, chunks, accounted, _encode)
+
+    def _send(
+        self, raw: bytes, data: bytes, event: str | None, id: str | None, value: Any, encode: Callable[[Any], bytes]
+    ) -> bytes:
+        """``_data`` for ``value``, read from ``data`` by the standard library and written back with ``encode``."""
+        usage = self._usage
+        accounted = usage is not None and account_completion(value, usage)
+        chunks = self._normalizer.normalize(value)
+        if chunks is UNCHANGED:
+            if not accounted:
+                return raw
+            chunks = [value]
+        return self._frame_chunks(raw, data, event, id, value, chunks, accounted, encode)
+
+    @staticmethod
+    def _frame_chunks(
+        raw: bytes,
+        data: bytes,
+        event: str | None,
+        id: str | None,
+        value: Any,
+        chunks: list[Any],
+        accounted: bool,
+        encode: Callable[[Any], bytes],
+    ) -> bytes:
+        """The bytes of ``chunks``, the normalized chunks of the event ``raw`` whose data ``data`` decoded to
+        ``value`` (``accounted``: its usage changed), each encoded with ``encode`` (``_frame``)."""
         one_line = len(raw) - len(data) <= _ONE_DATA_LINE  # the event is one data line and its blank line
         # the last chunk unchanged, after chunks put before it: its original bytes go
         last = data if len(chunks) > 1 and chunks[-1] is value and not accounted else None
         if last is not None:
             chunks = chunks[:-1]
         try:
-            if one_line and len(chunks) == 1 and last is None:
-                return b"data: " + encode(chunks[0]) + b"\n\n"
             encoded = list(map(encode, chunks))
         except UnicodeEncodeError:  # text a think splitter held from an event only the fallback could read
             encoded = [codec.encode_lenient(chunk) for chunk in chunks]

@@ -1,0 +1,198 @@
+"""The stream rewriters' per-event paths against a reference without any of them, on every recorded stream.
+
+``SSERewriter`` takes an event that comes as one chunk without building an ``SSEEvent``
+(``SSEDecoder.single_data``), passes an event that cannot hold reasoning as its bytes without decoding it (the
+prefilter, and ``ChunkNormalizer.close_before`` when reasoning is open), reads the first chunk's head only when
+the stream breaks off, and normalizes the common chunk on ``ChunkNormalizer``'s fast paths. ``ReferenceRewriter``
+below is the plain algorithm: every chunk through ``SSEDecoder.feed``, every data event decoded in full and
+normalized by the general path only, encoded with msgspec. Both must send the same bytes for every recorded stream
+in ``shared/fixtures`` (chat completion streams, think-tag streams and the translated wire APIs' streams), however
+the stream is cut: whole, one event per chunk, one byte per chunk, and at seeded random places.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from benchmarks.payloads import spec_stream_events, split_events
+from numi_mw.core import chunks as chunks_module
+from numi_mw.core import codec
+from numi_mw.core.adapters import WIRE_APIS, Answer
+from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
+from numi_mw.core.response import NativeSSERewriter, ResponseOptions, SSERewriter
+from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
+from numi_mw.core.think import ThinkTags
+from tests.conftest import SHARED
+from tests.response_support import frame_jsonl
+
+FIXTURES = SHARED / "fixtures"
+
+
+class GeneralPathOnly(ChunkNormalizer):
+    """The normalizer with its fast paths switched off."""
+
+    __slots__ = ()
+
+    def _fast(self, data: dict[str, Any], choice: Any) -> Any:
+        return chunks_module._SLOW
+
+    def _fast_think(self, data: dict[str, Any], choice: Any) -> Any:
+        return chunks_module._SLOW
+
+
+class ReferenceRewriter:
+    """``SSERewriter``'s rules with no fast path: each event decoded by ``SSEDecoder.feed`` and, when it has data
+    other than ``[DONE]``, decoded in full (the standard library for what msgspec refuses), normalized by the
+    general path and written back; an unchanged chunk goes as its bytes."""
+
+    def __init__(self, options: ResponseOptions) -> None:
+        self.decoder = SSEDecoder()
+        self.normalizer = GeneralPathOnly(exclude=options.exclude, think=options.think)
+        self.done = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        return b"".join([self.event(event) for event in self.decoder.feed(chunk)])
+
+    def finish(self) -> bytes:
+        events, rest = self.decoder.end()
+        out = [self.event(event) for event in events]
+        if rest is not None:
+            if self.done:
+                out.append(self.event(rest))
+            elif rest.data is None and not rest.raw.endswith((b"\n", b"\r")):
+                raise AssertionError("a recorded stream was cut short")
+            else:
+                out.append(self.event(terminate_event(rest)))
+        if not self.done:
+            out.append(self.closing())
+        return b"".join(out)
+
+    def closing(self) -> bytes:
+        self.done = True
+        return b"".join(encode_event(codec.encode_lenient(chunk)) for chunk in self.normalizer.finish())
+
+    def event(self, event: SSEEvent) -> bytes:
+        data = event.data
+        if data is None:
+            return event.raw
+        if data == b"[DONE]":
+            return self.closing() + event.raw
+        encode: Callable[[Any], bytes] = codec.encode
+        try:
+            value = msgspec.json.decode(data)
+        except (msgspec.DecodeError, RecursionError):
+            value, encode = codec.fallback(data)
+            if value is codec.UNDECODABLE:
+                return event.raw
+        chunks = self.normalizer.normalize(value)
+        if chunks is UNCHANGED:
+            return event.raw
+        last = data if len(chunks) > 1 and chunks[-1] is value else None
+        encoded = [encode(chunk) for chunk in (chunks[:-1] if last is not None else chunks)]
+        if last is not None:
+            encoded.append(last)
+        if len(event.raw) - len(data) <= len(b"data: \n\n"):  # one data line: one per chunk
+            return b"".join([b"data: " + item + b"\n\n" for item in encoded])
+        if not encoded:
+            return b""
+        rest = [encode_event(item, event=event.event, id=event.id) for item in encoded[1:]]
+        return replace_data(event.raw, encoded[0]) + b"".join(rest)
+
+
+def _streams(folder: str) -> dict[str, bytes]:
+    root = FIXTURES / folder
+    if not root.is_dir():
+        return {}
+    found = {}
+    for path in sorted(root.iterdir()):
+        if path.name.endswith(".sse"):
+            found[path.name] = path.read_bytes()
+        elif path.name.endswith(".jsonl"):
+            found[path.name] = frame_jsonl(path.read_bytes())
+    return found
+
+
+def _cuts(body: bytes) -> dict[str, list[bytes]]:
+    """The ways a stream is cut: whole, one event per chunk, one byte per chunk, seeded random cuts."""
+    ways = {"whole": [body], "per event": split_events(body), "1 byte": [body[i : i + 1] for i in range(len(body))]}
+    for seed in range(3):
+        rng = random.Random(seed)
+        bounds = sorted({0, len(body), *(rng.randrange(len(body) + 1) for _ in range(len(body) // 40 + 1))})
+        ways[f"random {seed}"] = [body[a:b] for a, b in itertools.pairwise(bounds)]
+    return ways
+
+
+def _run(rewriter: Any, pieces: list[bytes]) -> bytes:
+    return b"".join([rewriter.feed(piece) for piece in pieces]) + rewriter.finish()
+
+
+CHAT = _streams("openai-chat")
+TAGS = _streams("think-tags")
+OPTIONS = {
+    "default": ResponseOptions(),
+    "exclude": ResponseOptions(exclude=True),
+    "think": ResponseOptions(think=ThinkTags()),
+}
+
+
+def _params(streams: dict[str, bytes], options: list[str]) -> list[Any]:
+    if not streams:
+        return [pytest.param("", "", marks=pytest.mark.skip(reason="shared/fixtures absent"))]
+    return [pytest.param(name, option, id=f"{name}-{option}") for name in streams for option in options]
+
+
+@pytest.mark.parametrize(("name", "option"), _params(CHAT, list(OPTIONS)) + _params(TAGS, ["think", "exclude"]))
+def test_a_recorded_stream_gives_the_reference_bytes_however_it_is_cut(name: str, option: str) -> None:
+    body = {**CHAT, **TAGS}[name]
+    options = OPTIONS[option]
+    if name in TAGS:  # think-tag streams are split, with or without their reasoning
+        options = ResponseOptions(exclude=option == "exclude", think=ThinkTags())
+    expected = _run(ReferenceRewriter(options), [body])
+    for way, pieces in _cuts(body).items():
+        assert _run(SSERewriter(options), pieces) == expected, way
+
+
+def test_the_spec_shaped_stream_gives_the_reference_bytes() -> None:
+    events = spec_stream_events(300)
+    options = ResponseOptions()
+    expected = _run(ReferenceRewriter(options), [b"".join(events)])
+    assert _run(SSERewriter(options), events) == expected
+    assert b'"index":0' in expected and expected.endswith(b"data: [DONE]\n\n")
+
+
+NATIVE = {wire: _streams(wire) for wire in WIRE_APIS}
+
+
+@pytest.mark.parametrize(
+    ("wire", "name"),
+    [pytest.param(wire, name, id=name) for wire, streams in NATIVE.items() for name in streams]
+    or [pytest.param("", "", marks=pytest.mark.skip(reason="shared/fixtures absent"))],
+)
+def test_a_translated_stream_gives_the_general_paths_bytes_however_it_is_cut(wire: str, name: str) -> None:
+    body = NATIVE[wire][name]
+    options = ResponseOptions(wire_api=wire, answer=Answer())  # type: ignore[arg-type]
+
+    def rewriter(general: bool) -> NativeSSERewriter:
+        made = NativeSSERewriter(options, WIRE_APIS[wire])
+        if general:
+            made._normalizer = GeneralPathOnly()
+        return made
+
+    expected = _run(rewriter(True), [body])
+    assert expected.startswith(b"data: {")
+    for way, pieces in _cuts(body).items():
+        assert _run(rewriter(False), pieces) == expected, way
+
+
+def test_the_folders_read_are_there() -> None:
+    if not FIXTURES.is_dir():
+        pytest.skip("shared/fixtures absent")
+    assert {Path(name).suffix for name in CHAT} == {".sse", ".jsonl"}
+    assert len(CHAT) == 6 and len(TAGS) == 2 and sorted(NATIVE) == ["anthropic-messages", "openai-responses"]
