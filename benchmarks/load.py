@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,23 +123,6 @@ def wrk(target: Target, kind: str, body: bytes, connections: int, seconds: float
     raise RuntimeError(f"wrk failed ({out.returncode}): {out.stderr.decode(errors='replace')[-500:]}")
 
 
-@contextlib.contextmanager
-def process(name: str, command: Sequence[str], port: int, *, start_seconds: float = 30.0) -> Iterator[int]:
-    """Run ``command`` (which listens on ``port``); yields its process id; terminates it on exit."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(list(command), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            try:
-                loopback.wait_for_port(port, proc, name, start_seconds)
-            except RuntimeError:
-                log.seek(0)
-                raise RuntimeError(f"{name} failed to start: {log.read().decode(errors='replace')[-2000:]}") from None
-            yield proc.pid
-        finally:
-            loopback.stop_process(proc)
-
-
 def _port_free(port: int) -> bool:
     import socket
 
@@ -185,7 +168,7 @@ class Peers:
         self.pids: dict[str, int] = {}
 
     def _start(self, name: str, command: Sequence[str], port: int, start_seconds: float = 30.0) -> str:
-        self.pids[name] = self.stack.enter_context(process(name, command, port, start_seconds=start_seconds))
+        self.pids[name] = self.stack.enter_context(loopback.process(name, command, port, start_seconds=start_seconds))
         return f"http://127.0.0.1:{port}/v1"
 
     def targets(self, *, passthrough: bool, provider: str = "openrouter") -> list[Target]:
@@ -217,7 +200,7 @@ class Peers:
         else:
             url = self._start("portkey", ["node", script], PORTKEY_PORT, 60.0)
             headers = ("x-portkey-provider: openai", f"x-portkey-custom-host: {self.upstream}")
-            kinds = ("json", "sse")
+            kinds: tuple[str, ...] = ("json", "sse")
             failure = _stream_probe(url, headers)
             if failure is not None:
                 self.skipped["portkey.sse"] = failure
@@ -283,7 +266,7 @@ def load_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
     upstream_port = loopback.free_port()
     with contextlib.ExitStack() as stack:
         stack.enter_context(
-            process(
+            loopback.process(
                 "upstream", [sys.executable, "-m", "benchmarks.upstream", "--port", str(upstream_port)], upstream_port
             )
         )
@@ -386,7 +369,7 @@ def latency_rows(config: Config, say: Callable[[str], None]) -> list[Measurement
     port = loopback.free_port()
     paced = [sys.executable, "-m", "benchmarks.paced", "--port", str(port), "--gap-ms", "20"]
     with contextlib.ExitStack() as stack:
-        stack.enter_context(process("paced upstream", paced, port))
+        stack.enter_context(loopback.process("paced upstream", paced, port))
         upstream = f"http://127.0.0.1:{port}/v1"
         peers = Peers(stack, upstream, say)
         targets = peers.targets(passthrough=False)
@@ -402,7 +385,7 @@ def latency_rows(config: Config, say: Callable[[str], None]) -> list[Measurement
         for setting in ("content", "reasoning", "auto"):
             port = loopback.free_port()
             command = numi_mw_serve(upstream, port, "--provider", "local", "--think-start", setting)
-            with process(f"numi-mw serve --think-start {setting}", command, port):
+            with loopback.process(f"numi-mw serve --think-start {setting}", command, port):
                 think[setting] = _stream_client(
                     f"http://127.0.0.1:{port}/v1", config.think_streams, config.latency_seconds, "paced-think"
                 )
@@ -509,12 +492,14 @@ def scale_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
     port = loopback.free_port()
     paced = [sys.executable, "-m", "benchmarks.paced", "--port", str(port), "--idle-gap-s", "3"]
     with contextlib.ExitStack() as stack:
-        stack.enter_context(process("paced upstream", paced, port))
+        stack.enter_context(loopback.process("paced upstream", paced, port))
         upstream = f"http://127.0.0.1:{port}/v1"
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="numi-mw-wrk-")))
         sidecar_port = loopback.free_port()
         pid = stack.enter_context(
-            process("numi-mw serve", numi_mw_serve(upstream, sidecar_port, "--provider", "openrouter"), sidecar_port)
+            loopback.process(
+                "numi-mw serve", numi_mw_serve(upstream, sidecar_port, "--provider", "openrouter"), sidecar_port
+            )
         )
         url = f"http://127.0.0.1:{sidecar_port}/v1"
         target = Target("numi_mw", url)
@@ -552,7 +537,7 @@ def scale_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
             finally:
                 if holder.stdin is not None:
                     holder.stdin.close()
-                loopback.stop_process(holder)  # type: ignore[arg-type]
+                loopback.stop_process(holder)
             say(
                 f"  {count:>5} idle streams ({ready[count]} open): RSS {rss[count] / 2**20:.1f} MiB,"
                 f" {rates.get(count, 0):.0f} req/s"
@@ -594,13 +579,13 @@ def _workers_row(config: Config, say: Callable[[str], None], have_wrk: bool) -> 
     upstream_port = loopback.free_port()
     with contextlib.ExitStack() as stack:
         command = [sys.executable, "-m", "benchmarks.upstream", "--port", str(upstream_port)]
-        stack.enter_context(process("upstream", command, upstream_port))
+        stack.enter_context(loopback.process("upstream", command, upstream_port))
         upstream = f"http://127.0.0.1:{upstream_port}/v1"
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="numi-mw-wrk-")))
         for workers in (1, 2):
             port = loopback.free_port()
             serve = numi_mw_serve(upstream, port, "--provider", "openrouter", "--workers", str(workers))
-            with process(f"numi-mw serve --workers {workers}", serve, port):
+            with loopback.process(f"numi-mw serve --workers {workers}", serve, port):
                 target = Target(f"workers {workers}", f"http://127.0.0.1:{port}/v1")
                 wrk(target, "json", body, 64, 1, workdir)  # warm up every worker
                 rates[workers] = wrk(target, "json", body, 64, config.wrk_seconds, workdir).rate

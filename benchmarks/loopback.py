@@ -76,20 +76,28 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def server(name: str, command: Sequence[str], port: int, *, start_seconds: float = 30.0) -> Iterator[str]:
-    """Run ``command`` (which listens on ``port``); yields its ``/v1`` base URL; terminates it on exit."""
+def process(name: str, command: Sequence[str], port: int, *, start_seconds: float = 30.0) -> Iterator[int]:
+    """Run ``command`` (which listens on ``port``); yields its process id; terminates it on exit. What it printed
+    is quoted when it fails to start."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(list(command), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(list(command), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             try:
-                wait_for_port(port, process, name, start_seconds)
+                wait_for_port(port, proc, name, start_seconds)
             except RuntimeError:
                 log.seek(0)
                 raise RuntimeError(f"{name} failed to start: {log.read().decode(errors='replace')[-2000:]}") from None
-            yield f"http://127.0.0.1:{port}/v1"
+            yield proc.pid
         finally:
-            stop_process(process)
+            stop_process(proc)
+
+
+@contextlib.contextmanager
+def server(name: str, command: Sequence[str], port: int, *, start_seconds: float = 30.0) -> Iterator[str]:
+    """``process``, yielding the server's ``/v1`` base URL."""
+    with process(name, command, port, start_seconds=start_seconds):
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 @dataclass(frozen=True, slots=True)
