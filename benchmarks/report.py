@@ -65,7 +65,7 @@ def describe_machine(info: dict[str, Any]) -> str:
     )
 
 
-def _figure(value: float | None, unit: str) -> str:
+def figure(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
     if unit in ("s/op", "s/event"):
@@ -98,7 +98,7 @@ def table(measurements: list[Measurement]) -> str:
             s = m.spread
             spread = f"{s.q1:.2f}-{s.q3:.2f} ({s.min:.2f}-{s.max:.2f})"
         result = {True: "pass", False: "MISS", None: "-"}[m.passed]
-        medians = "; ".join(f"{side.name} {_figure(side.median, side.unit)}" for side in m.sides)
+        medians = "; ".join(f"{side.name} {figure(side.median, side.unit)}" for side in m.sides)
         unit = "" if m.name.startswith("stream.memory") and not m.name.endswith(".time") else m.unit
         ratio = f"{m.ratio:.2f}{unit}" if unit != "x" and m.ratio is not None else _ratio(m.ratio)
         rows.append((m.name, ratio, spread, f"{m.direction} {m.target:g}{unit}", result, medians))
