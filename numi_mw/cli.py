@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -69,6 +70,21 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
     return parse
 
 
+WORKERS_PER_CORE = 4
+"""``--workers`` may ask for at most this many processes per core of the machine (``os.cpu_count()``): each worker
+holds a whole sidecar (tens of MB), so a count past it is a typo that would exhaust memory, not a setting."""
+
+
+def _workers(text: str) -> int:
+    count = int(_positive(int)(text))
+    most = WORKERS_PER_CORE * (os.cpu_count() or 1)
+    if count > most:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is more than {most} worker processes ({WORKERS_PER_CORE} per core of this machine)"
+        )
+    return count
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="numi-mw", description="Make LLM reasoning traffic correct.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version('numi_mw')}")
@@ -92,11 +108,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8787, help="port to listen on, 1 to 65535 (default 8787)")
     serve.add_argument(
         "--workers",
-        type=_positive(int),
+        type=_workers,
         default=1,
         metavar="N",
-        help="worker processes sharing the port, each with its own event loop, upstream pool and metrics "
-        "(default 1; docs/sidecar.md)",
+        help="worker processes sharing the port, each with its own event loop, upstream pool and metrics, at "
+        f"most {WORKERS_PER_CORE} per core (default 1; docs/sidecar.md)",
     )
     serve.add_argument(
         "--max-body-bytes",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -445,6 +446,7 @@ def test_serve_refuses_a_duration_that_is_not_a_finite_number(option: str, value
         ("-2", "'-2' must be greater than 0"),
         ("two", "'two' is not a number"),
         ("1.5", "'1.5' is not a number"),
+        ("99999", f"'99999' is more than {4 * (os.cpu_count() or 1)} worker processes (4 per core of this machine)"),
     ],
 )
 def test_serve_refuses_a_worker_count_that_is_not_a_whole_number_from_1(value: str, problem: str) -> None:
