@@ -53,11 +53,11 @@ class UpstreamPool(httpcore.AsyncConnectionPool):
     for every idle connection, counts the whole pool again: with 64 concurrent requests, thousands of calls per
     request, which made throughput fall as concurrency rose. This pool does what httpcore's does in one pass over
     the connections, in which a connection a request holds costs a set lookup and no call (with a thousand open
-    streams, each request would otherwise make thousands of calls): it drops closed connections and closes the
-    oldest idle ones past ``max_keepalive_connections``;
-    a queued request takes the oldest available connection for its origin (first probed with ``has_expired``: one
-    that expired, or that the server closed, is closed and the next one tried), else a new connection (up to
-    ``max_connections``, else in place of an idle one). The arguments are ``httpcore.AsyncConnectionPool``'s.
+    streams, each request would otherwise make thousands of calls): it drops closed connections, closes every idle
+    one that has expired or that the server closed (``has_expired``, whatever its origin) and the oldest idle ones
+    past ``max_keepalive_connections``; a queued request takes the oldest idle connection for its origin, else a new
+    connection (up to ``max_connections``, else in place of an idle one). The arguments are
+    ``httpcore.AsyncConnectionPool``'s.
     """
 
     def _assign_requests_to_connections(self) -> list[httpcore.AsyncConnectionInterface]:
@@ -71,6 +71,8 @@ class UpstreamPool(httpcore.AsyncConnectionPool):
         for connection in self._connections:
             if id(connection) in busy:
                 kept.append(connection)
+            elif connection.is_idle() and connection.has_expired():  # past its expiry, or closed by the server
+                closing.append(connection)
             elif not connection.is_closed():
                 kept.append(connection)
                 if connection.is_idle():
@@ -96,19 +98,15 @@ class UpstreamPool(httpcore.AsyncConnectionPool):
         closing: list[httpcore.AsyncConnectionInterface],
     ) -> httpcore.AsyncConnectionInterface | None:
         """The connection a request to ``origin`` takes, or ``None`` (it waits): the oldest of the ``idle``
-        connections for ``origin`` that has not expired, else a new one. The connections it closes are added to
-        ``closing``; the one it hands out leaves ``idle``."""
+        connections for ``origin`` (each probed for expiry in this pass), else a new one. The connections it closes
+        are added to ``closing``; the one it hands out leaves ``idle``."""
         connections = self._connections
         i = 0
         while i < len(idle):
             connection = idle[i]
             if connection.can_handle_request(origin) and connection.is_available():
                 del idle[i]
-                if not connection.has_expired():
-                    return connection
-                connections.remove(connection)
-                closing.append(connection)
-                continue
+                return connection
             i += 1
         if len(connections) >= self._max_connections:
             if not idle:

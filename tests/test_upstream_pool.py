@@ -127,3 +127,19 @@ async def test_a_capped_pool_waits_for_a_free_connection() -> None:
                 for _ in range(6):
                     group.start_soon(client.get, f"http://127.0.0.1:{server.port}/v1/models")
         assert server.accepted == 2
+
+
+async def test_connections_the_server_closed_are_dropped_when_a_request_goes_to_another_origin() -> None:
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=100)
+    async with (
+        serving(Server(close_after=True)) as closing,
+        serving(Server()) as other,
+        httpx.AsyncClient(transport=PooledTransport(limits)) as client,
+    ):
+        assert await get_all(client, closing, 4) == [b"ok"] * 4
+        with anyio.fail_after(10):
+            await closing.closed.wait()
+            while not all(c.has_expired() for c in pool_of(client).connections):  # every close has arrived
+                await anyio.sleep(0.01)
+        assert await get_all(client, other, 1) == [b"ok"]
+        assert len(pool_of(client).connections) == 1  # the one to the other origin
