@@ -47,6 +47,7 @@ from typing import IO, NamedTuple
 
 import httpx
 import numpy as np
+import pytest
 
 from tests.e2e_support import free_port, stop_process
 
@@ -312,6 +313,16 @@ def llama_server_binary() -> Path:
     """The llama-server binary to use: ``$NUMI_MW_LLAMA_SERVER`` when set, else where ``.ci/build-llama-server``
     caches it (``cache_dir() / "llama-server-VERSION"``)."""
     return Path(os.environ.get("NUMI_MW_LLAMA_SERVER") or cache_dir() / f"llama-server-{LLAMA_SERVER_VERSION}")
+
+
+def missing_binary_reason(binary: Path) -> str:
+    """Why a test that needs ``binary`` is skipped when it is absent, and how to get it."""
+    return f"llama-server not found at {binary} (build it with .ci/build-llama-server or set NUMI_MW_LLAMA_SERVER)"
+
+
+def llama_tier(binary: Path) -> list[pytest.MarkDecorator]:
+    """The marks of a test module that runs ``binary``: ``llama``, and a skip with its reason while it is absent."""
+    return [pytest.mark.llama, pytest.mark.skipif(not binary.exists(), reason=missing_binary_reason(binary))]
 
 
 def _log_tail(log: IO[bytes], limit: int = 4000) -> str:

@@ -31,18 +31,13 @@ from tests.llama_model import (
     SCRIPTS,
     SERVER_REASONING,
     llama_server_binary,
+    llama_tier,
     run_llama_server,
     write_model,
 )
 
 BINARY = llama_server_binary()
-pytestmark = [
-    pytest.mark.llama,
-    pytest.mark.skipif(
-        not BINARY.exists(),
-        reason=f"llama-server not found at {BINARY} (build it with .ci/build-llama-server or set NUMI_MW_LLAMA_SERVER)",
-    ),
-]
+pytestmark = llama_tier(BINARY)
 
 MESSAGES: Any = [{"role": "user", "content": "How many r's are in strawberry?"}]
 RAW = {"reasoning_format": "none"}

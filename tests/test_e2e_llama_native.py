@@ -17,16 +17,10 @@ import pytest
 
 from numi_mw.core.details import rebuild_reasoning_details
 from tests.e2e_support import sidecar
-from tests.llama_model import CONTENT, SERVER_REASONING, llama_server_binary, run_llama_server, write_model
+from tests.llama_model import CONTENT, SERVER_REASONING, llama_server_binary, llama_tier, run_llama_server, write_model
 
 BINARY = llama_server_binary()
-pytestmark = [
-    pytest.mark.llama,
-    pytest.mark.skipif(
-        not BINARY.exists(),
-        reason=f"llama-server not found at {BINARY} (build it with .ci/build-llama-server or set NUMI_MW_LLAMA_SERVER)",
-    ),
-]
+pytestmark = llama_tier(BINARY)
 
 MESSAGES: Any = [{"role": "user", "content": "How many r's are in strawberry?"}]
 FORMATS = {"anthropic-messages": "anthropic-claude-v1", "openai-responses": "openai-responses-v1"}

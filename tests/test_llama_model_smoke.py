@@ -18,13 +18,14 @@ from tests.llama_model import (
     SERVER_REASONING,
     SPLIT_SCRIPT,
     llama_server_binary,
+    missing_binary_reason,
     run_llama_server,
     write_model,
 )
 
 BINARY = llama_server_binary()
 
-SKIP_REASON = f"llama-server not found at {BINARY} (build it with .ci/build-llama-server or set NUMI_MW_LLAMA_SERVER)"
+SKIP_REASON = missing_binary_reason(BINARY)
 
 MESSAGES = [{"role": "user", "content": "How many r's are in strawberry?"}]
 TIMEOUT = httpx.Timeout(30.0)

@@ -34,16 +34,10 @@ from benchmarks.loopback import free_port
 from numi_mw.core.replay import credential_scope, turn_context, turn_key
 from numi_mw.replay_store import open_replay_store
 from tests.e2e_support import serving, sidecar
-from tests.llama_model import CONTENT, SERVER_REASONING, llama_server_binary, run_llama_server, write_model
+from tests.llama_model import CONTENT, SERVER_REASONING, llama_server_binary, llama_tier, run_llama_server, write_model
 
 BINARY = llama_server_binary()
-pytestmark = [
-    pytest.mark.llama,
-    pytest.mark.skipif(
-        not BINARY.exists(),
-        reason=f"llama-server not found at {BINARY} (build it with .ci/build-llama-server or set NUMI_MW_LLAMA_SERVER)",
-    ),
-]
+pytestmark = llama_tier(BINARY)
 
 KEY = "sk-local"
 QUESTION = {"role": "user", "content": "How many r's are in strawberry?"}
