@@ -442,10 +442,10 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     # The upstream's own date and server headers pass through; uvicorn adds none of its own. uvicorn's access log
     # is replaced by numi_mw.access (method, path, status, sizes, timings, route: never a body, query or key).
-    # With workers, each worker process builds its own app from the same arguments (an app holds a pool, a
-    # lifespan and a replay store connection, none of which crosses a process boundary).
+    # With workers, each worker process builds its own app from the same arguments and the catalog read here once
+    # (an app holds a pool, a lifespan and a replay store connection, none of which crosses a process boundary).
     config = uvicorn.Config(
-        app if args.workers == 1 else partial(_worker_app, args),
+        app if args.workers == 1 else partial(_sidecar_app, args, catalog),
         host=args.host,
         port=args.port,
         log_level=args.log_level,
@@ -501,15 +501,6 @@ def _sidecar_app(args: argparse.Namespace, catalog: Catalog | None) -> Starlette
         replay_max_bytes=args.replay_max_bytes,
         replay_key_env=args.replay_key_env,
     )
-
-
-def _worker_app(args: argparse.Namespace) -> Starlette:
-    """The app of one ``--workers`` process (uvicorn's app factory, run in the worker): built as the parent built it,
-    which has checked the arguments and read the catalog once already."""
-    catalog = None
-    if args.upstream is None:
-        catalog = read_catalog(args.catalog) if args.catalog else default_catalog()
-    return _sidecar_app(args, catalog)
 
 
 def listen_problem(host: str, port: int) -> str | None:
