@@ -61,9 +61,7 @@ class UpstreamPool(httpcore.AsyncConnectionPool):
     """
 
     def _assign_requests_to_connections(self) -> list[httpcore.AsyncConnectionInterface]:
-        # A connection a request holds is neither idle nor available (HTTP/1.1: one request at a time), so it is
-        # kept without a call; only the others are asked whether they are closed or idle. With a thousand open
-        # streams the pass is then a set lookup each, not a thousand method calls per request.
+        # A connection a request holds is neither idle nor available (HTTP/1.1: one request at a time).
         busy = {id(pool_request.connection) for pool_request in self._requests if pool_request.connection is not None}
         closing: list[httpcore.AsyncConnectionInterface] = []
         kept: list[httpcore.AsyncConnectionInterface] = []
@@ -71,12 +69,14 @@ class UpstreamPool(httpcore.AsyncConnectionPool):
         for connection in self._connections:
             if id(connection) in busy:
                 kept.append(connection)
-            elif connection.is_idle() and connection.has_expired():  # past its expiry, or closed by the server
-                closing.append(connection)
+            elif connection.is_idle():
+                if connection.has_expired():  # past its expiry, or closed by the server
+                    closing.append(connection)
+                else:
+                    kept.append(connection)
+                    idle.append(connection)
             elif not connection.is_closed():
                 kept.append(connection)
-                if connection.is_idle():
-                    idle.append(connection)
         surplus = len(idle) - self._max_keepalive_connections
         if surplus > 0:  # the oldest idle connections go first, as in httpcore's pool
             closing.extend(idle[:surplus])
