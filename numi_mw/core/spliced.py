@@ -215,11 +215,12 @@ def may_exceed(data: bytes, limits: Mapping[bytes, int]) -> bool:
     ``reasoning_details`` array: ``False`` only when that is proven from the bytes alone.
 
     Proven when ``data`` holds no backslash (so no escape: every quote delimits a string, every key is written
-    as itself and a string's UTF-8 size is its length between the quotes) and no string over the smallest
-    limit is anything but the value of a key whose limit it is within (``"data": "..."`` in a detail of 6 MB
-    needs no decode). Anything else, a string that long as an array item or a key among them, is left to the
-    decode (``check_limits``). Only the quotes are visited, each found by ``bytes.find``: a large detail of
-    encrypted data has a dozen of them.
+    as itself and a string's UTF-8 size is its length between the quotes) and no string longer than its limit
+    is the value of a key named in ``limits``, at whatever depth: a detail's field is such a value, and a key
+    or an array's item never is (``"data": "..."`` in a detail of 6 MB needs no decode). A backslash, or a long
+    value of a limited key even deeper than a detail's own fields, leaves the answer to the decode
+    (``check_limits``). Only the quotes are visited, each found by ``bytes.find``: a large detail of encrypted
+    data has a dozen of them.
 
     Args:
         data: JSON bytes the first pass took (valid JSON).
@@ -235,13 +236,11 @@ def may_exceed(data: bytes, limits: Mapping[bytes, int]) -> bool:
             return True  # a detail list of many strings: the decode costs less than walking them
         quotes.append(at)
         at = data.find(b'"', at + 1)
-    for k in range(0, len(quotes), 2):
+    for k in range(2, len(quotes), 2):
         size = quotes[k + 1] - quotes[k] - 1
-        if size <= smallest:
-            continue
-        if k == 0 or data[quotes[k - 1] + 1 : quotes[k]].strip() != b":":
-            return True  # not the value of a key
-        limit = limits.get(data[quotes[k - 2] + 1 : quotes[k - 1]])
+        if size <= smallest or data[quotes[k - 1] + 1 : quotes[k]].strip() != b":":
+            continue  # short, or not a value (a key, an array's item): no detail field
+        limit = limits.get(data[quotes[k - 2] + 1 : quotes[k - 1]])  # the key before the colon
         if limit is not None and size > limit:
             return True
     return False
