@@ -130,7 +130,7 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
     read: tuple[str, ...] = ()
     found: list[int] = []
     views: list[dict[str, Any]] = []
-    decoded: list[dict[str, Any]] = []
+    decoded: list[dict[int, tuple[Any, Raw]]] = []
     metadata = False
     for i, message in enumerate(messages):
         if message.keys().isdisjoint(_REASONING_KEYS):
@@ -150,12 +150,16 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
             metadata = True
         else:
             continue
-        values = {key: _value.decode(message[key]) for key in wanted if key in message}
         view = dict(message)
-        view.update(values)
+        back: dict[int, tuple[Any, Raw]] = {}
+        for key in wanted:
+            raw = message.get(key)
+            if raw is not None:
+                value = view[key] = _value.decode(raw)
+                back[id(value)] = (value, raw)  # the value held, so that its id stays its own
         found.append(i)
         views.append(view)
-        decoded.append(values)
+        decoded.append(back)
     if not views:
         if body_size > MAX_SIGNATURE_BYTES:
             check_limits(messages)
@@ -164,22 +168,25 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
     if metadata or not route.keeps_details:  # else the filter keeps every message as it is
         filtered = filter_messages(views, route.replay, reasoning=route.reasoning, preserve=route.preserve)
     changed = normalize_messages(filtered, route.rules.reasoning_field)
-    for i, view, values, out in zip(found, views, decoded, filtered, strict=True):
+    for i, view, back, out in zip(found, views, decoded, filtered, strict=True):
         if out is not view or changed:
-            messages[i] = _spliced(messages[i], values, out)
+            messages[i] = _spliced(back, out)
     changed = changed or filtered is not views
     if body_size > MAX_SIGNATURE_BYTES:
         check_limits(messages)
     return changed
 
 
-def _spliced(raw: dict[str, Raw], values: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
-    """``out`` (a message the rules made from ``raw`` with ``values`` decoded), with each decoded value the rules
-    kept back as the bytes it came as, under whatever key it now has (a renamed ``reasoning_content`` keeps its
-    bytes). A value is recognised by identity: the rules never build an equal copy of one they keep, and two
+def _spliced(back: dict[int, tuple[Any, Raw]], out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` (a message the rules made from a view with some values decoded, ``back`` holding each of them by
+    its id with its bytes), with each decoded value the rules kept back as the bytes it came as, under whatever
+    key it now has (a renamed ``reasoning_content`` keeps its bytes). A value is recognised by identity; two
     keys whose values are one object (``None``, a cached small string) hold JSON-equal bytes."""
-    back = {id(value): raw[key] for key, value in values.items()}
-    return {key: back.get(id(value), value) for key, value in out.items()}
+    spliced = {}
+    for key, value in out.items():
+        held = back.get(id(value))
+        spliced[key] = value if held is None else held[1]
+    return spliced
 
 
 def check_limits(messages: list[dict[str, Any]]) -> None:
