@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks import payloads
-from numi_mw.core import codec
+from numi_mw.core import codec, spliced
 from numi_mw.core.controls import fold_controls
 from numi_mw.core.errors import ApiError
 from numi_mw.core.fields import PLAIN_FIELDS
@@ -344,3 +344,132 @@ def test_utf8_is_checked_across_chunk_boundaries() -> None:
         with pytest.raises(ApiError) as caught:
             prepare_request(broken, route)
         assert caught.value.code == "invalid_json"
+
+
+# --- the detail size limits' look at the bytes, and the splice of renamed values ------------------------------
+
+SMALL_LIMITS = {b"text": 8, b"summary": 8, b"signature": 3, b"data": 12}
+"""Limits small enough for generated details to cross them (``spliced.may_exceed`` takes the limits)."""
+
+
+def _over(details: Any, limits: dict[bytes, int]) -> bool:
+    """The rule of ``details.check_detail_limits``, with ``limits``: a top-level string field of a detail object
+    whose UTF-8 size is over its limit."""
+    if not isinstance(details, list):
+        return False
+    return any(
+        isinstance(detail, dict)
+        and isinstance(value := detail.get(field.decode()), str)
+        and len(value.encode()) > limit
+        for detail in details
+        for field, limit in limits.items()
+    )
+
+
+PLAIN_TEXT = st.text(alphabet=st.sampled_from("ab:,{}[] é€"), max_size=16)
+DETAIL_TEXT = st.one_of(
+    PLAIN_TEXT,  # no escape: the bytes decide
+    PLAIN_TEXT,
+    PLAIN_TEXT,
+    st.text(alphabet=st.sampled_from('ab:é"\\\n'), max_size=16),  # escapes: the decode decides
+)
+DETAIL_VALUE = st.recursive(
+    st.one_of(DETAIL_TEXT, st.sampled_from(NUMBERS).map(Number), st.none()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(st.tuples(st.sampled_from(["text", "data", "x", "signature"]), inner), min_size=1, max_size=3),
+    ),
+    max_leaves=6,
+)
+DETAIL = st.lists(
+    st.tuples(
+        st.sampled_from(["text", "summary", "signature", "data", "type", "sign", "texts"]),
+        st.one_of(DETAIL_TEXT, DETAIL_TEXT, DETAIL_VALUE),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    details=st.lists(st.one_of(DETAIL, DETAIL, DETAIL_VALUE), min_size=1, max_size=3),
+    style=st.tuples(st.sampled_from(["", " ", "\n  "]), st.sampled_from([":", ": ", " : "]), st.just(False)) | STYLE,
+)
+def test_the_byte_look_at_a_detail_list_never_misses_a_field_over_its_limit(
+    details: list[Any], style: tuple[str, str, bool]
+) -> None:
+    """``may_exceed`` answers ``False`` only for bytes whose decode holds no field over its limit: whatever the
+    spacing, repeated keys, nesting, quotes, colons and braces inside strings, escapes or non-ASCII text."""
+    data = dump(details, style).encode()
+    if _over(json.loads(data), SMALL_LIMITS):
+        assert spliced.may_exceed(data, SMALL_LIMITS)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b'[{"type":"reasoning.encrypted","data":"0123456789ab","signature":"abc"}]', False),  # at the limits
+        (b'[{"data" :\n "0123456789abc"}]', True),  # one over
+        (b'[{"signature":"abcd"}]', True),
+        (b'[{"x":{"signature":"abcd"}}]', True),  # nesting is not followed: the decode decides
+        (b'[{"sign":"abcdefghijklmnop","text":"a:b,{c}"}]', False),
+        (b'[{"sig\\u006eature":"abcd"}]', True),  # an escape anywhere: the decode decides
+        (b'["abcdefghijklmnop"]', False),  # an array's item is no field
+        (b'[{"abcdefghijklmnop":1}]', False),  # a long key is no value
+        (b'[{"text":"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"}]', True),  # 10 bytes of UTF-8: over 8
+        (b'[{"text":"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"}]', False),  # 8 bytes
+    ],
+)
+def test_the_byte_look_at_a_detail_list_on_handed_bytes(data: bytes, expected: bool) -> None:
+    assert spliced.may_exceed(data, SMALL_LIMITS) is expected
+
+
+def test_the_8mb_bodys_encrypted_detail_is_read_once() -> None:
+    """The harness's 8 MB body: its 6 MB ``data`` string is within its 8 MiB limit, which the bytes show."""
+    body = payloads.body_8mb()
+    details = _raw_messages(body)[2]["reasoning_details"]
+    assert len(details) > 6_000_000
+    assert not spliced.may_exceed(details, spliced._FIELD_LIMITS)
+
+
+@pytest.mark.parametrize("key", ["signature", "sig\\u006eature"])
+def test_a_large_signature_over_its_limit_is_refused_however_its_key_is_written(key: str) -> None:
+    body = (
+        b'{"messages":[{"role":"assistant","content":"x","reasoning_details":[{"type":"reasoning.text","'
+        + key.encode()
+        + b'":"'
+        + b"s" * ((1 << 20) + 1)
+        + b'"}]}]}'
+    )
+    with pytest.raises(ApiError) as caught:
+        prepare_request(body, fixed_route(PROVIDERS["openrouter"]))
+    assert caught.value.param == "messages[0].reasoning_details[0].signature"
+
+
+def test_a_renamed_reasoning_field_keeps_its_bytes() -> None:
+    """OpenRouter takes ``reasoning``: the client's ``reasoning_content`` goes under that name as the bytes it
+    came as (escapes kept), not decoded and written again."""
+    body = b'{"messages":[{"role":"assistant","content":"x","reasoning_content":"caf\\u00e9 \\"q\\"","n":1e5}]}'
+    prepared = spliced_or_full(body, fixed_route(PROVIDERS["openrouter"]))
+    assert (
+        prepared.body == b'{"messages":[{"role":"assistant","content":"x","reasoning":"caf\\u00e9 \\"q\\"","n":1e5}]}'
+    )
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=ROUTE_IDS)
+@pytest.mark.parametrize(
+    "message",
+    [
+        b'{"role":"assistant","\\u005fstored_at":1,"content":"x"}',  # internal metadata, its key escaped
+        b'{"role":"assistant","content":"x","reasoning\\u005fcontent":"think"}',
+        b'{"role":"\\u0061ssistant","content":"x","reasoning":"think","reasoning_details":[]}',
+        b'{"role":"user","content":"mentions \\"reasoning\\": and \\"_x\\" and _y"}',
+        b'{"role":"assistant","content":[{"type":"text","text":"_"}],"tool_calls":[{"_id":"1"}]}',
+        b'{"role":"assistant","content":"x","provider_specific_fields":{"reasoning_content":"think"}}',
+        b'{"role":"assistant","content":"x","thinking_blocks":[{"type":"thinking","thinking":"t","signature":"s"}]}',
+    ],
+)
+def test_messages_with_escaped_keys_and_lookalike_values_match_the_full_decode(message: bytes, route: Route) -> None:
+    check(b'{"model":"m","reasoning_effort":"low","messages":[' + message + b"]}", route)
+    check(b'{"model":"m","messages":[' + message + b"]}", route)

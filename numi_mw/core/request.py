@@ -53,7 +53,8 @@ ones on a fixed chat completions route are decoded only as far as the rules read
 Measured: for a 2 KiB body the probe costs a third of a full decode plus the walk, and the spliced path costs
 more than the full one (98.7 k instructions against 90.9 k on the harness's 2 KB rewrite); for bodies with
 thousands of tiny messages the probe costs more than decoding, and such bodies are large; on the 200 KB
-history the spliced path costs 11 % less than the full one, and half the memory on an 8 MB body."""
+history and the 8 MB body the spliced path costs less than the full one, and half the memory on the 8 MB body
+(``docs/performance.md``, "How a request is decoded")."""
 
 
 class _MessageProbe(msgspec.Struct, gc=False, forbid_unknown_fields=True):

@@ -17,7 +17,7 @@ bytes could be over a limit: a JSON string's UTF-8 size never exceeds its encode
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any, Union
 
 import msgspec
@@ -130,11 +130,11 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
     read: tuple[str, ...] = ()
     found: list[int] = []
     views: list[dict[str, Any]] = []
-    originals: list[dict[str, Any]] = []
+    decoded: list[dict[int, tuple[Any, Raw]]] = []
     metadata = False
     for i, message in enumerate(messages):
         if message.keys().isdisjoint(_REASONING_KEYS):
-            if not _has_metadata(message):
+            if min(message, default="`") >= "`" or not _has_metadata(message):  # "_" sorts below "`"
                 continue  # neither rule can change it
             wanted: Collection[str] = ()
             metadata = True
@@ -142,9 +142,7 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
             wanted = message.keys()  # ``unheld`` reads every reasoning field
             metadata = True
         elif _is_assistant(message.get("role")):
-            if not read:
-                read = _read_keys(route)
-            wanted = read
+            wanted = read or (read := _read_keys(route))
             if _has_metadata(message):
                 metadata = True
         elif _has_metadata(message):
@@ -153,12 +151,15 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
         else:
             continue
         view = dict(message)
+        back: dict[int, tuple[Any, Raw]] = {}
         for key in wanted:
-            if key in message:
-                view[key] = _value.decode(message[key])
+            raw = message.get(key)
+            if raw is not None:
+                value = view[key] = _value.decode(raw)
+                back[id(value)] = (value, raw)  # the value held, so that its id stays its own
         found.append(i)
         views.append(view)
-        originals.append(view.copy())  # the view as decoded: the rules change views in place
+        decoded.append(back)
     if not views:
         if body_size > MAX_SIGNATURE_BYTES:
             check_limits(messages)
@@ -167,19 +168,25 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
     if metadata or not route.keeps_details:  # else the filter keeps every message as it is
         filtered = filter_messages(views, route.replay, reasoning=route.reasoning, preserve=route.preserve)
     changed = normalize_messages(filtered, route.rules.reasoning_field)
-    for i, view, original, out in zip(found, views, originals, filtered, strict=True):
+    for i, view, back, out in zip(found, views, decoded, filtered, strict=True):
         if out is not view or changed:
-            messages[i] = _spliced(messages[i], original, out)
+            messages[i] = _spliced(back, out)
     changed = changed or filtered is not views
     if body_size > MAX_SIGNATURE_BYTES:
         check_limits(messages)
     return changed
 
 
-def _spliced(raw: dict[str, Raw], view: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
-    """``out`` (a message the rules made from ``view``, which is ``raw`` with some values decoded), with each
-    value the rules left where it was back as its original bytes."""
-    return {key: raw[key] if key in raw and view[key] is value else value for key, value in out.items()}
+def _spliced(back: dict[int, tuple[Any, Raw]], out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` (a message the rules made from a view with some values decoded, ``back`` holding each of them by
+    its id with its bytes), with each decoded value the rules kept back as the bytes it came as, under whatever
+    key it now has (a renamed ``reasoning_content`` keeps its bytes). A value is recognised by identity; two
+    keys whose values are one object (``None``, a cached small string) hold JSON-equal bytes."""
+    spliced = {}
+    for key, value in out.items():
+        held = back.get(id(value))
+        spliced[key] = value if held is None else held[1]
+    return spliced
 
 
 def check_limits(messages: list[dict[str, Any]]) -> None:
@@ -195,7 +202,7 @@ def check_limits(messages: list[dict[str, Any]]) -> None:
         details = message.get("reasoning_details")
         if type(details) is Raw:
             raw: Raw = details
-            if len(raw) <= MAX_SIGNATURE_BYTES:
+            if len(raw) <= MAX_SIGNATURE_BYTES or not may_exceed(bytes(memoryview(raw)), _FIELD_LIMITS):
                 continue
             try:
                 details = [_suspects(detail) for detail in _details.decode(raw)]
@@ -208,6 +215,47 @@ def check_limits(messages: list[dict[str, Any]]) -> None:
         checked[i] = {"reasoning_details": details}
     if checked is not None:
         check_detail_limits(checked)
+
+
+def may_exceed(data: bytes, limits: Mapping[bytes, int]) -> bool:
+    """Whether a field named in ``limits`` may hold a string over its limit in ``data``, the bytes of a
+    ``reasoning_details`` array: ``False`` only when that is proven from the bytes alone.
+
+    Proven when ``data`` holds no backslash (so no escape: every quote delimits a string, every key is written
+    as itself and a string's UTF-8 size is its length between the quotes) and no string longer than its limit
+    is the value of a key named in ``limits``, at whatever depth: a detail's field is such a value, and a key
+    or an array's item never is (``"data": "..."`` in a detail of 6 MB needs no decode). A backslash, or a long
+    value of a limited key even deeper than a detail's own fields, leaves the answer to the decode
+    (``check_limits``). Only the quotes are visited, each found by ``bytes.find``: a large detail of encrypted
+    data has a dozen of them.
+
+    Args:
+        data: JSON bytes the first pass took (valid JSON).
+        limits: the limit in bytes of each field name, as bytes (``text``: ``MAX_TEXT_BYTES`` and so on).
+    """
+    if b"\\" in data:
+        return True
+    smallest = min(limits.values())
+    quotes: list[int] = []
+    at = data.find(b'"')
+    while at >= 0:
+        if len(quotes) >= _MAX_QUOTES:
+            return True  # a detail list of many strings: the decode costs less than walking them
+        quotes.append(at)
+        at = data.find(b'"', at + 1)
+    for k in range(2, len(quotes), 2):
+        size = quotes[k + 1] - quotes[k] - 1
+        if size <= smallest or data[quotes[k - 1] + 1 : quotes[k]].strip() != b":":
+            continue  # short, or not a value (a key, an array's item): no detail field
+        limit = limits.get(data[quotes[k - 2] + 1 : quotes[k - 1]])  # the key before the colon
+        if limit is not None and size > limit:
+            return True
+    return False
+
+
+_MAX_QUOTES = 1024
+"""The most quotes ``may_exceed`` walks (512 strings) before it leaves the answer to the decode."""
+_FIELD_LIMITS = {field.encode(): limit for field, limit in _LIMITS}
 
 
 def _suspects(detail: Any) -> Any:
