@@ -14,7 +14,8 @@ Workloads (``--workloads`` picks some):
   (the floor of the request rows, ``inprocess.FLOOR_PASS``);
 - ``asgi.plain_2kb``, ``asgi.rewrite_2kb``: one request through ``ReasoningMiddleware`` around the bare app;
 - ``floor.asgi_2kb``: one plain 2 KB request through the replay-only middleware (``inprocess.ReplayOnly``), the
-  floor the middleware rows are measured over;
+  floor the middleware rows are measured over; ``floor.asgi_rewrite_2kb``: the same with the 2 KB body that needs
+  a rewrite (the floor of ``asgi.rewrite_2kb.over_floor``);
 - ``stream.spec_2000``: the 2,000-event spec-shaped stream through one ``SSERewriter`` (per stream);
 - ``stream.floor_2000``: the same stream through the floor of ``stream.spec_2000.vs_floor`` (``inprocess.FLOOR_STREAM``:
   the bare split, then msgspec's decode and encode of each event that mentions ``reasoning``), so that the ratio of
@@ -47,6 +48,7 @@ WORKLOADS: dict[str, int] = {
     "asgi.plain_2kb": 200,
     "asgi.rewrite_2kb": 200,
     "floor.asgi_2kb": 200,
+    "floor.asgi_rewrite_2kb": 200,
     "stream.spec_2000": 2,
     "stream.floor_2000": 2,
     "stream.think_2000": 2,
@@ -85,13 +87,13 @@ def _workload(name: str) -> Callable[[int], None]:
                 prepare_request(body, route)
 
         return run_requests
-    if name.startswith("asgi.") or name == "floor.asgi_2kb":
+    if name.startswith(("asgi.", "floor.asgi")):
         app = (
             ReplayOnly(bare_app())
-            if name == "floor.asgi_2kb"
+            if name.startswith("floor.")
             else ReasoningMiddleware(bare_app(), provider="openrouter")
         )
-        body = payloads.request_2kb() if name == "asgi.rewrite_2kb" else payloads.plain_2kb()
+        body = payloads.request_2kb() if name.endswith("rewrite_2kb") else payloads.plain_2kb()
         scope = _scope(body)
 
         async def calls(n: int) -> None:

@@ -120,6 +120,8 @@ class ReasoningMiddleware:
         self.usage = usage_rules(self.rules)  # the provider's row; no catalog, so no prices and no cost from them
         self._including = ResponseOptions(exclude=False, think=self.think, bounds=self.bounds, usage=self.usage)
         self._excluding = ResponseOptions(exclude=True, think=self.think, bounds=self.bounds, usage=self.usage)
+        # built once: a request without restored state calls it as it is (a partial per request cost instructions)
+        self._prepare = partial(prepare_request, target=self.route, max_body_bytes=max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not is_chat_completions(scope["method"], scope["path"]):
@@ -140,8 +142,8 @@ class ReasoningMiddleware:
                 tenant = credential_scope(_credentials(scope["headers"]))
                 keys, context = await off_loop(len(body), missing_in_body, body)
                 found = await self.replay.lookup(tenant, keys)
-            prepare = partial(prepare_request, max_body_bytes=self.max_body_bytes, restored=found)
-            prepared = await off_loop(len(body), prepare, body, self.route)
+            prepare = self._prepare if found is None else partial(self._prepare, restored=found)
+            prepared = await off_loop(len(body), prepare, body)
         except ApiError as error:
             await send_error(send, error)
             return
@@ -164,7 +166,9 @@ class ReasoningMiddleware:
                 bounds=self.bounds,
                 usage=self.usage,
             )
-        extra = adjustments_header(prepared.adjustments) + restored_header(prepared.restored)
+        extra = None
+        if prepared.adjustments or prepared.restored:
+            extra = adjustments_header(prepared.adjustments) + restored_header(prepared.restored)
         remember = None
         if self.replay is not None and tenant is not None:
             remember = _Remember(self.replay, tenant, context)
