@@ -21,7 +21,11 @@ Workloads (``--workloads`` picks some):
   the bare split, then msgspec's decode and encode of each event that mentions ``reasoning``), so that the ratio of
   the two is one the machine's load does not move;
 - ``stream.think_2000``: the 2,000-event local stream with ``<think>`` tags in ``content``
-  (``payloads.local_stream_events``) through one ``SSERewriter`` that splits them (per stream).
+  (``payloads.local_stream_events``) through one ``SSERewriter`` that splits them (per stream);
+- ``stream.deepseek``, ``stream.groq``, ``stream.claude``: the recorded streams of ``RECORDED`` (DeepSeek
+  reasoner, groq gpt-oss, OpenRouter Claude; ``../shared/fixtures/openai-chat``), cut into events, each through
+  one ``SSERewriter`` (per stream), and ``stream.floor_deepseek``, ``stream.floor_groq``, ``stream.floor_claude``
+  the same streams through the floor, as for ``stream.floor_2000``.
 
 Needs valgrind (Debian's ``valgrind`` package); each workload takes about a minute.
 """
@@ -52,8 +56,21 @@ WORKLOADS: dict[str, int] = {
     "stream.spec_2000": 2,
     "stream.floor_2000": 2,
     "stream.think_2000": 2,
+    "stream.deepseek": 8,
+    "stream.floor_deepseek": 8,
+    "stream.groq": 60,
+    "stream.floor_groq": 60,
+    "stream.claude": 60,
+    "stream.floor_claude": 60,
 }
 """Each workload with its ``N`` (iterations of the shorter run)."""
+
+RECORDED: dict[str, str] = {
+    "deepseek": "deepseek-reasoner-reasoning-content",
+    "groq": "groq-gpt-oss-120b-reasoning-tool-call",
+    "claude": "openrouter-claude-sonnet-4.5-reasoning-details",
+}
+"""The recorded-stream workloads' short names and their fixtures' stems (``payloads.fixture_streams``)."""
 
 
 def _workload(name: str) -> Callable[[int], None]:
@@ -101,10 +118,18 @@ def _workload(name: str) -> Callable[[int], None]:
                 await call_asgi(app, scope, body)
 
         return lambda n: asyncio.run(calls(n))
-    if name == "stream.floor_2000":
+    recorded = RECORDED.get(name.removeprefix("stream.").removeprefix("floor_"))
+    if recorded is not None:
+        streams = payloads.fixture_streams()
+        if recorded not in streams:
+            raise SystemExit(f"{name} needs ../shared/fixtures/openai-chat/{recorded}.sse")
+        events = payloads.split_events(streams[recorded])
+    else:
+        events = payloads.spec_stream_events(2000)
+    if name.startswith("stream.floor_"):
         from benchmarks.inprocess import _floor_stream
 
-        floor = _floor_stream(payloads.spec_stream_events(2000))
+        floor = _floor_stream(events)
 
         def run_floors(n: int) -> None:
             for _ in range(n):
@@ -113,7 +138,8 @@ def _workload(name: str) -> Callable[[int], None]:
         return run_floors
 
     think = name == "stream.think_2000"
-    events = payloads.local_stream_events(2000, "tags") if think else payloads.spec_stream_events(2000)
+    if think:
+        events = payloads.local_stream_events(2000, "tags")
     options = ResponseOptions(think=ThinkTags()) if think else ResponseOptions()
 
     def run_streams(n: int) -> None:
@@ -172,8 +198,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 FLOOR_RATIOS = (
     ("request.history_200kb", "floor.pass_200kb", 2.5),
     ("request.body_8mb", "floor.pass_8mb", 1.5),
+    ("stream.spec_2000", "stream.floor_2000", 1.2),
+    ("stream.deepseek", "stream.floor_deepseek", 1.3),
+    ("stream.groq", "stream.floor_groq", 1.3),
+    ("stream.claude", "stream.floor_claude", 1.3),
 )
-"""The request rows' targets against their floor, in instructions (the timed rows are in ``inprocess``)."""
+"""The targets of the request rows and the stream rows against their floors, in instructions (the timed rows,
+with the same targets, are in ``inprocess``: ``FLOOR_TARGET_SPEC``, ``FLOOR_TARGET_RECORDED``)."""
 
 
 if __name__ == "__main__":
