@@ -42,6 +42,8 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 
+from benchmarks.inprocess import FLOOR_TARGET_RECORDED, FLOOR_TARGET_SPEC
+
 WORKLOADS: dict[str, int] = {
     "request.plain_2kb": 200,
     "request.rewrite_2kb": 200,
@@ -124,6 +126,8 @@ def _workload(name: str) -> Callable[[int], None]:
         if recorded not in streams:
             raise SystemExit(f"{name} needs ../shared/fixtures/openai-chat/{recorded}.sse")
         events = payloads.split_events(streams[recorded])
+    elif name == "stream.think_2000":
+        events = payloads.local_stream_events(2000, "tags")
     else:
         events = payloads.spec_stream_events(2000)
     if name.startswith("stream.floor_"):
@@ -138,8 +142,6 @@ def _workload(name: str) -> Callable[[int], None]:
         return run_floors
 
     think = name == "stream.think_2000"
-    if think:
-        events = payloads.local_stream_events(2000, "tags")
     options = ResponseOptions(think=ThinkTags()) if think else ResponseOptions()
 
     def run_streams(n: int) -> None:
@@ -198,13 +200,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 FLOOR_RATIOS = (
     ("request.history_200kb", "floor.pass_200kb", 2.5),
     ("request.body_8mb", "floor.pass_8mb", 1.5),
-    ("stream.spec_2000", "stream.floor_2000", 1.2),
-    ("stream.deepseek", "stream.floor_deepseek", 1.3),
-    ("stream.groq", "stream.floor_groq", 1.3),
-    ("stream.claude", "stream.floor_claude", 1.3),
+    ("stream.spec_2000", "stream.floor_2000", FLOOR_TARGET_SPEC),
+    ("stream.deepseek", "stream.floor_deepseek", FLOOR_TARGET_RECORDED),
+    ("stream.groq", "stream.floor_groq", FLOOR_TARGET_RECORDED),
+    ("stream.claude", "stream.floor_claude", FLOOR_TARGET_RECORDED),
 )
 """The targets of the request rows and the stream rows against their floors, in instructions (the timed rows,
-with the same targets, are in ``inprocess``: ``FLOOR_TARGET_SPEC``, ``FLOOR_TARGET_RECORDED``)."""
+whose stream targets these are, are in ``inprocess``)."""
 
 
 if __name__ == "__main__":
