@@ -38,6 +38,7 @@ from numi_mw.core.think import THINK_STARTS, ThinkTags
 from numi_mw.core.usage import usage_rules
 from numi_mw.proxy.ops import LOG_FORMATS, LOG_LEVELS, log_config
 from numi_mw.replay_store import DEFAULT_MAX_VALUE_BYTES, DEFAULT_TTL
+from numi_mw.upstream import UPSTREAM_TRANSPORTS
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -147,6 +148,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--timeout", type=_positive(float), default=600.0, help="upstream read timeout in seconds (default 600)"
+    )
+    serve.add_argument(
+        "--upstream-transport",
+        choices=UPSTREAM_TRANSPORTS,
+        default="httpcore",
+        help="what opens the upstream connections: httpcore, or aiohttp (less CPU per request under concurrency; "
+        "pip install 'numi_mw[aiohttp]'; docs/sidecar.md) (default httpcore)",
     )
     serve.add_argument(
         "--log-level",
@@ -500,6 +508,7 @@ def _sidecar_app(args: argparse.Namespace, catalog: Catalog | None) -> Starlette
         replay_ttl=args.replay_ttl,
         replay_max_bytes=args.replay_max_bytes,
         replay_key_env=args.replay_key_env,
+        upstream_transport=args.upstream_transport,
     )
 
 

@@ -9,6 +9,7 @@ and relaying a stream through its rewriter. No reasoning rules here; they are al
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import logging
 import os
 import re
@@ -135,6 +136,57 @@ class PooledTransport(httpx.AsyncHTTPTransport):
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
         )
+
+
+UPSTREAM_TRANSPORTS = ("httpcore", "aiohttp")
+"""The sidecar's upstream transports (``numi-mw serve --upstream-transport``, ``docs/sidecar.md``): ``httpcore``
+(the default, ``PooledTransport``) or ``aiohttp`` (``numi_mw.upstream_aiohttp.AiohttpTransport``, the
+``numi_mw[aiohttp]`` extra)."""
+
+AIOHTTP_MINIMUM = (3, 14)
+"""The oldest aiohttp release the ``aiohttp`` upstream transport runs on (major, minor)."""
+
+
+def check_upstream_transport(name: object, transport: object = None) -> None:
+    """Check the sidecar's ``upstream_transport`` option when it is given.
+
+    Args:
+        name: one of ``UPSTREAM_TRANSPORTS``.
+        transport: the ``transport`` option given beside it (``None``: none); it takes the place of the
+            ``httpcore`` default, so it and ``aiohttp`` exclude each other.
+
+    Raises:
+        ValueError: another name; ``aiohttp`` with a ``transport``; ``aiohttp`` when the aiohttp package is not
+            installed, or older than ``AIOHTTP_MINIMUM``.
+    """
+    if not isinstance(name, str) or name not in UPSTREAM_TRANSPORTS:
+        raise ValueError(f"upstream_transport must be one of {', '.join(UPSTREAM_TRANSPORTS)}, not {name!r}")
+    if name != "aiohttp":
+        return
+    if transport is not None:
+        raise ValueError("give either a transport or upstream_transport='aiohttp', not both")
+    try:
+        version = importlib.metadata.version("aiohttp")
+    except importlib.metadata.PackageNotFoundError:
+        raise ValueError(
+            "upstream_transport 'aiohttp' needs the aiohttp package: pip install 'numi_mw[aiohttp]'"
+        ) from None
+    found = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if found < AIOHTTP_MINIMUM:
+        minimum = ".".join(map(str, AIOHTTP_MINIMUM))
+        raise ValueError(
+            f"upstream_transport 'aiohttp' needs aiohttp {minimum} or newer, not {version}: "
+            "pip install 'numi_mw[aiohttp]'"
+        )
+
+
+def open_transport(name: str, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+    """A new upstream transport ``name`` (``check_upstream_transport`` passed it) with ``limits``."""
+    if name == "aiohttp":
+        from numi_mw.upstream_aiohttp import AiohttpTransport
+
+        return AiohttpTransport(limits)
+    return PooledTransport(limits)
 
 
 DECODED = frozenset(("identity", "gzip", "deflate", ""))

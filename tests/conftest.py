@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,28 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"{SHARED} is absent: recorded fixtures and handed cases live outside the repository")
     return SHARED
+
+
+UPSTREAM_TRANSPORTS = ("httpcore", "aiohttp")
+"""The sidecar's upstream transports (``numi-mw serve --upstream-transport``)."""
+
+SIDECAR_TRANSPORT = ["httpcore"]
+"""The upstream transport ``e2e_support.sidecar`` starts ``numi-mw serve`` with: the ``upstream_transport``
+fixture's, else the default."""
+
+
+@pytest.fixture(scope="module", params=UPSTREAM_TRANSPORTS)
+def upstream_transport(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a module's tests once per upstream transport: every sidecar ``e2e_support.sidecar`` starts meanwhile
+    uses it (a module-scoped sidecar fixture takes this fixture, so that it is started once per transport)."""
+    name: str = request.param
+    if name == "aiohttp" and importlib.util.find_spec("aiohttp") is None:
+        pytest.skip("aiohttp is not installed (pip install 'numi_mw[aiohttp]')")
+    SIDECAR_TRANSPORT[0] = name
+    try:
+        yield name
+    finally:
+        SIDECAR_TRANSPORT[0] = "httpcore"
 
 
 def load_case(shared: Path, case_id: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from benchmarks.loopback import free_port, numi_mw_command, stop_process, wait_for_port
 from benchmarks.payloads import split_events
-from tests.conftest import SHARED
+from tests.conftest import SHARED, SIDECAR_TRANSPORT
 
 MODELS = {"object": "list", "data": [{"id": "replay/model", "object": "model", "owned_by": "replay"}]}
 
@@ -158,9 +158,11 @@ def serving(app: Any, port: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def sidecar(upstream: str | None, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """Run ``numi-mw serve [--upstream UPSTREAM] ARGS`` on a free loopback port; yields its ``/v1`` base URL."""
+    """Run ``numi-mw serve [--upstream UPSTREAM] ARGS`` on a free loopback port, on the upstream transport of the
+    ``upstream_transport`` fixture (default httpcore); yields its ``/v1`` base URL."""
     port = free_port()
     command = [*numi_mw_command(), "serve", "--port", str(port), "--log-level", "warning"]
+    command += ["--upstream-transport", SIDECAR_TRANSPORT[0]]
     if upstream is not None:
         command += ["--upstream", upstream]
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}

@@ -16,6 +16,10 @@ from tests.client_shapes import litellm_assistant
 from tests.e2e_support import ReplayUpstream, sidecar
 from tests.response_support import rewrite_json
 
+pytestmark = pytest.mark.usefixtures("upstream_transport")
+"""Every test here runs once per upstream transport (httpcore and aiohttp)."""
+
+
 CATALOG = """
 [[providers]]
 name = "openrouter"
@@ -57,7 +61,7 @@ def upstreams() -> Iterator[tuple[ReplayUpstream, ReplayUpstream]]:
 
 @pytest.fixture(scope="module")
 def base_url(
-    upstreams: tuple[ReplayUpstream, ReplayUpstream], tmp_path_factory: pytest.TempPathFactory
+    upstreams: tuple[ReplayUpstream, ReplayUpstream], tmp_path_factory: pytest.TempPathFactory, upstream_transport: str
 ) -> Iterator[str]:
     alpha, beta = upstreams
     path = tmp_path_factory.mktemp("catalog") / "catalog.toml"
@@ -159,7 +163,7 @@ PACKAGED_URLS = ('base_url = "https://openrouter.ai/api/v1"', 'base_url = "http:
 
 @pytest.fixture(scope="module")
 def packaged_base_url(
-    upstreams: tuple[ReplayUpstream, ReplayUpstream], tmp_path_factory: pytest.TempPathFactory
+    upstreams: tuple[ReplayUpstream, ReplayUpstream], tmp_path_factory: pytest.TempPathFactory, upstream_transport: str
 ) -> Iterator[str]:
     """The sidecar on the packaged catalog, its OpenRouter provider on the first replay upstream and its local
     provider on the second (only the two base URLs changed)."""

@@ -16,6 +16,9 @@ import pytest
 from numi_mw.core.details import rebuild_reasoning_details
 from tests.e2e_support import ReplayUpstream, sidecar
 
+pytestmark = pytest.mark.usefixtures("upstream_transport")
+"""Every test here runs once per upstream transport (httpcore and aiohttp)."""
+
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[ReplayUpstream]:
@@ -24,7 +27,7 @@ def upstream() -> Iterator[ReplayUpstream]:
 
 
 @pytest.fixture(scope="module")
-def anthropic_sidecar(upstream: ReplayUpstream) -> Iterator[str]:
+def anthropic_sidecar(upstream: ReplayUpstream, upstream_transport: str) -> Iterator[str]:
     with sidecar(upstream.base_url, "--wire-api", "anthropic-messages", "--timeout", "5") as base_url:
         yield base_url
 
@@ -107,7 +110,7 @@ def test_adjustments_are_reported_in_a_response_header(upstream: ReplayUpstream,
 
 
 @pytest.fixture(scope="module")
-def responses_sidecar(upstream: ReplayUpstream) -> Iterator[str]:
+def responses_sidecar(upstream: ReplayUpstream, upstream_transport: str) -> Iterator[str]:
     with sidecar(upstream.base_url, "--wire-api", "openai-responses", "--timeout", "5") as base_url:
         yield base_url
 

@@ -26,6 +26,9 @@ from tests.client_shapes import litellm_assistant
 from tests.e2e_support import MODELS, ReplayUpstream, fixture_body, free_port, sidecar, split_events
 from tests.response_support import client_view, rewrite, rewrite_by_event, rewrite_json, sse_chunks
 
+pytestmark = pytest.mark.usefixtures("upstream_transport")
+"""Every test here runs once per upstream transport (httpcore and aiohttp)."""
+
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[ReplayUpstream]:
@@ -34,7 +37,7 @@ def upstream() -> Iterator[ReplayUpstream]:
 
 
 @pytest.fixture(scope="module")
-def openrouter_sidecar(upstream: ReplayUpstream) -> Iterator[str]:
+def openrouter_sidecar(upstream: ReplayUpstream, upstream_transport: str) -> Iterator[str]:
     with sidecar(upstream.base_url, "--provider", "openrouter", "--timeout", "2") as base_url:
         yield base_url
 
@@ -563,7 +566,7 @@ def test_headers_named_by_connection_are_hop_by_hop_and_no_duplicate_date(
 
 
 @pytest.fixture(scope="module")
-def deepseek_sidecar(upstream: ReplayUpstream) -> Iterator[str]:
+def deepseek_sidecar(upstream: ReplayUpstream, upstream_transport: str) -> Iterator[str]:
     with sidecar(upstream.base_url, "--provider", "deepseek", "--timeout", "2") as base_url:
         yield base_url
 

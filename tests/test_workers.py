@@ -24,7 +24,9 @@ def upstream() -> Iterator[ReplayUpstream]:
         yield replay
 
 
-def test_two_workers_answer_buffered_and_streamed_requests(shared_dir: Path, upstream: ReplayUpstream) -> None:
+def test_two_workers_answer_buffered_and_streamed_requests(
+    shared_dir: Path, upstream: ReplayUpstream, upstream_transport: str
+) -> None:
     with sidecar(upstream.base_url, "--provider", "openrouter", "--workers", "2") as base_url:
         port = httpx.URL(base_url).port
         # a new connection for each request, so that the kernel hands them to either worker

@@ -72,11 +72,12 @@ from numi_mw.replay_store import (
 )
 from numi_mw.upstream import (
     DECODED,
-    PooledTransport,
     answer_options,
     api_keys,
+    check_upstream_transport,
     feed_answer,
     note_upstream,
+    open_transport,
     relay,
     relayed_headers,
     target_url,
@@ -156,8 +157,10 @@ class _Sidecar:
         max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
         bounds: Bounds | None = None,
         replay: ReplayStore | None = None,
+        upstream_transport: str = "httpcore",
     ) -> None:
         self.target = target
+        self.upstream_transport = upstream_transport
         self.replay = replay
         self.bounds = bounds or Bounds()
         self.max_header_count = max_header_count
@@ -179,7 +182,7 @@ class _Sidecar:
         async with _UpstreamClient(
             timeout=self.timeout,
             follow_redirects=False,
-            transport=self.transport or PooledTransport(UPSTREAM_LIMITS),
+            transport=self.transport or open_transport(self.upstream_transport, UPSTREAM_LIMITS),
             trust_env=False,
         ) as client:
             for name in _CLIENT_DEFAULTS:  # the sidecar sends the client's headers, and adds none of httpx's
@@ -545,6 +548,7 @@ def create_app(
     replay_ttl: float = DEFAULT_TTL,
     replay_max_bytes: int = DEFAULT_MAX_VALUE_BYTES,
     replay_key_env: str | None = None,
+    upstream_transport: str = "httpcore",
 ) -> Starlette:
     """Build the sidecar app: in front of one upstream, or routing through a model catalog.
 
@@ -570,6 +574,10 @@ def create_app(
             the client gets 502 ``upstream_unavailable``.
         timeout: upstream timeouts in seconds (a read timeout applies between chunks).
         transport: an ``httpx`` transport for the upstreams (tests); the default opens real connections.
+        upstream_transport: what opens those connections (``upstream.UPSTREAM_TRANSPORTS``): ``httpcore`` (the
+            default) or ``aiohttp`` (the ``numi_mw[aiohttp]`` extra: less CPU per request under concurrency; what
+            it sends and how failures read are the same, ``docs/sidecar.md``, "Upstream transport"). Each
+            lifespan (each worker) opens its own.
         think_tags: split ``<think>`` tags out of response content (``response.think_tags_for``).
         think_start: where a stream starts for the think splitter (``ThinkTags.start``); ``None``: the catalog
             model's ``think_start``, else ``content``.
@@ -600,7 +608,9 @@ def create_app(
             ``max_header_count``, ``max_header_bytes``, ``max_event_bytes``, ``max_response_bytes``, ``timeout``
             (a finite number of seconds),
             ``think_tags``, ``think_start``, ``preserve_reasoning``, ``transport``, ``ops_prefix``, ``metrics``); a
-            replay store URL, option or key that ``replay_store.replay_store_option`` refuses; a catalog provider's
+            replay store URL, option or key that ``replay_store.replay_store_option`` refuses; an
+            ``upstream_transport`` that ``upstream.check_upstream_transport`` refuses (an unknown name, ``aiohttp``
+            beside a ``transport``, or aiohttp missing or too old); a catalog provider's
             key that is not visible ASCII once its trailing whitespace is stripped (``upstream.api_keys``).
 
     Errors reach the client as the OpenAI-style error body (``docs/errors.md``). An upstream's own error
@@ -633,6 +643,7 @@ def create_app(
         raise ValueError(f"timeout's values must be positive numbers of seconds or None, not {timeout!r}")
     if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
         raise ValueError(f"transport must be an httpx.AsyncBaseTransport, not {transport!r}")
+    check_upstream_transport(upstream_transport, transport)
     if upstream is not None:
         check_upstream(upstream)
     check_ops_prefix(ops_prefix)
@@ -659,6 +670,7 @@ def create_app(
         max_header_bytes=max_header_bytes,
         bounds=Bounds(max_event_bytes, max_response_bytes),
         replay=replay,
+        upstream_transport=upstream_transport,
     )
     app = Starlette(
         middleware=[Middleware(Operations, sidecar=sidecar, prefix=ops_prefix, metrics=metrics)],

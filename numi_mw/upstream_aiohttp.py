@@ -1,0 +1,194 @@
+"""The sidecar's optional upstream transport on aiohttp (``numi-mw serve --upstream-transport aiohttp``).
+
+httpx stays the client the sidecar speaks to (its requests, responses and errors); only the connections and the
+HTTP/1.1 parsing move to aiohttp's connector and its C parser, which take less CPU per request than httpcore and
+h11 under concurrency (``docs/performance.md``). What reaches the upstream is what the default transport sends:
+the request's own headers and no others (aiohttp would add ``User-Agent``, ``Accept``, ``Accept-Encoding`` and
+``Content-Type``), its path and query byte for byte (aiohttp would re-quote them), its body as it comes, and
+failures reach the sidecar as the httpx errors httpcore raises for them, so that they read the same to a client
+(``docs/errors.md``). Import it only with aiohttp installed (``pip install 'numi_mw[aiohttp]'``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import httpx
+from aiohttp import hdrs
+from aiohttp.http_exceptions import HttpProcessingError
+from multidict import CIMultiDict
+from yarl import URL
+
+MAX_HEADER_BYTES = 100 * 1024
+"""The most bytes of one response header line aiohttp parses (its default is 8,190): httpcore takes up to 100 KiB
+of response head, so an answer the default transport reads is read here too."""
+
+MAX_HEADER_COUNT = MAX_HEADER_BYTES // 4
+"""The most response headers aiohttp parses (its default is 128; httpcore counts none): as many as fit in
+``MAX_HEADER_BYTES`` at four bytes each (``a:`` and the line end)."""
+
+_SKIPPED = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
+"""Headers aiohttp adds to a request that lacks them, which the sidecar does not send: a client that sent none
+reaches the upstream without one, as it would directly."""
+
+
+@contextlib.contextmanager
+def _as_httpx(stage: str) -> Iterator[None]:
+    """aiohttp's errors as the httpx errors httpcore raises for the same failure (``upstream.failure_kind`` reads
+    them): a connect timeout ``httpx.ConnectTimeout``, a read timeout ``httpx.ReadTimeout``, a connection refused
+    or a DNS or TLS failure ``httpx.ConnectError``, a connection the upstream closed before or while answering and
+    an answer that breaks HTTP/1.1 framing ``httpx.RemoteProtocolError`` (RFC 9112), another socket error
+    ``httpx.ReadError`` (``httpx.WriteError`` while sending). ``stage`` is ``send`` or ``read``."""
+    try:
+        yield
+    except aiohttp.ConnectionTimeoutError as exc:
+        raise httpx.ConnectTimeout(str(exc)) from exc
+    except (aiohttp.ServerTimeoutError, TimeoutError) as exc:
+        raise httpx.ReadTimeout(str(exc) or "the upstream did not answer in time") from exc
+    except aiohttp.ClientConnectorError as exc:
+        raise httpx.ConnectError(str(exc)) from exc
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:
+        raise httpx.RemoteProtocolError(str(exc) or type(exc).__name__) from exc
+    except HttpProcessingError as exc:
+        raise httpx.RemoteProtocolError(exc.message or type(exc).__name__) from exc
+    except aiohttp.ClientConnectionError as exc:
+        error = httpx.WriteError if stage == "send" else httpx.ReadError
+        raise error(str(exc) or type(exc).__name__) from exc
+    except aiohttp.ClientError as exc:
+        raise httpx.TransportError(str(exc) or type(exc).__name__) from exc
+
+
+class _Request(aiohttp.ClientRequest):
+    """aiohttp's request, which sends no ``Content-Length: 0`` the caller did not give: aiohttp adds one to every
+    request without a body whose method is not ``GET``, ``HEAD``, ``OPTIONS``, ``TRACE`` or ``CONNECT`` (a
+    ``DELETE``, say), where httpx, and so the default transport, sends none (RFC 9110 section 8.6: a request
+    without content need not say so)."""
+
+    def update_body_from_data(self, body: Any, _stacklevel: int = 3) -> None:
+        given = hdrs.CONTENT_LENGTH in self.headers
+        super().update_body_from_data(body, _stacklevel + 1)
+        if body is None and not given:
+            self.headers.popall(hdrs.CONTENT_LENGTH, None)
+
+
+class _Body(httpx.AsyncByteStream):
+    """An aiohttp response's body as httpx reads it: each piece as it arrives (nothing held back for a fuller
+    read), errors as httpx's. Closing it returns the connection to the pool when the body was read to its end,
+    and closes the connection otherwise (aiohttp's ``release``)."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        with _as_httpx("read"):
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+
+    async def aclose(self) -> None:
+        self._response.release()
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """An ``httpx.AsyncBaseTransport`` on one ``aiohttp.ClientSession`` (HTTP/1.1, certificates verified with
+    httpx's default context, no proxy or ``.netrc`` from the environment, no cookies kept, bodies not decoded: httpx
+    and ``upstream.decoded_body`` decode them as with the default transport).
+
+    The session is opened on the first request, in the running event loop, and closed by ``aclose``.
+
+    Args:
+        limits: ``max_connections`` (``None``: no cap) and ``keepalive_expiry`` (seconds an idle connection is
+            kept); aiohttp keeps every idle connection up to that expiry, so ``max_keepalive_connections`` has no
+            counterpart.
+
+    Timeouts come from each request's ``timeout`` extension, as httpx sets it: ``connect`` bounds opening a
+    connection, ``read`` each wait for the upstream's next bytes, ``pool`` the wait for a connection and its
+    opening together; aiohttp has no write timeout.
+    """
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        self._limits = limits
+        self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[tuple[float | None, ...], aiohttp.ClientTimeout] = {}
+
+    def _open(self) -> aiohttp.ClientSession:
+        limits = self._limits
+        connector = aiohttp.TCPConnector(
+            limit=limits.max_connections or 0,
+            limit_per_host=0,
+            keepalive_timeout=limits.keepalive_expiry if limits.keepalive_expiry is not None else 5.0,
+            ssl=httpx.create_ssl_context(trust_env=False),
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            request_class=_Request,
+            skip_auto_headers=_SKIPPED,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+            trust_env=False,
+            timeout=aiohttp.ClientTimeout(total=None),
+            max_line_size=MAX_HEADER_BYTES,
+            max_field_size=MAX_HEADER_BYTES,
+            max_headers=MAX_HEADER_COUNT,
+        )
+        return self._session
+
+    def _timeout(self, request: httpx.Request) -> aiohttp.ClientTimeout:
+        """The aiohttp timeout for ``request``'s httpx ``timeout`` extension (one object per distinct set)."""
+        given = request.extensions.get("timeout", {})
+        key = (given.get("connect"), given.get("read"), given.get("pool"))
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            connect, read, pool = key
+            timeout = aiohttp.ClientTimeout(total=None, connect=pool, sock_connect=connect, sock_read=read)
+            self._timeouts[key] = timeout
+        return timeout
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` and return the response with its body still to be read.
+
+        Raises:
+            httpx.TransportError: as ``_as_httpx`` maps aiohttp's errors.
+        """
+        session = self._session or self._open()
+        headers: CIMultiDict[str] = CIMultiDict()
+        data: bytes | httpx.AsyncByteStream | None
+        whole = isinstance(request.stream, httpx.ByteStream)  # a body given as bytes, which httpx has read
+        if whole:
+            data = request.content or None
+        else:
+            assert isinstance(request.stream, httpx.AsyncByteStream)  # an async client's body of unknown length
+            data = request.stream
+        for name, value in request.headers.raw:
+            if not whole and name.lower() == b"transfer-encoding":
+                continue  # a body of unknown length: aiohttp writes the chunked framing and this header itself
+            headers.add(name.decode("latin-1"), value.decode("latin-1"))
+        url = URL(str(request.url), encoded=True)  # as sent: no re-quoting
+        with _as_httpx("send"):
+            response = await session.request(
+                request.method,
+                url,
+                headers=headers,
+                data=data,
+                allow_redirects=False,
+                compress=False,
+                timeout=self._timeout(request),
+            )
+        extensions = {"http_version": b"HTTP/1.1", "reason_phrase": (response.reason or "").encode("latin-1")}
+        return httpx.Response(
+            response.status,
+            headers=list(response.raw_headers),
+            stream=_Body(response),
+            request=request,
+            extensions=extensions,
+        )
+
+    async def aclose(self) -> None:
+        """Close the session and its connections."""
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()

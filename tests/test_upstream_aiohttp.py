@@ -1,0 +1,163 @@
+"""The ``aiohttp`` upstream transport: aiohttp's failures as httpx's, connections reused and let go as httpcore's
+are, and the option checked when it is given. What it sends and relays end to end runs in the e2e modules, once
+per transport (the ``upstream_transport`` fixture)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import httpx
+import pytest
+
+pytest.importorskip("aiohttp", reason="the aiohttp upstream transport needs aiohttp (pip install 'numi_mw[aiohttp]')")
+
+import aiohttp
+from aiohttp.http_exceptions import HttpProcessingError
+
+from numi_mw.cli import main
+from numi_mw.proxy import create_app
+from numi_mw.upstream import check_upstream_transport
+from numi_mw.upstream_aiohttp import AiohttpTransport, _as_httpx
+from tests.e2e_support import free_port
+
+LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=100)
+
+
+@pytest.mark.parametrize(
+    ("stage", "error", "expected"),
+    [
+        ("send", aiohttp.ConnectionTimeoutError("connect"), httpx.ConnectTimeout),
+        ("read", aiohttp.SocketTimeoutError("read"), httpx.ReadTimeout),
+        ("send", aiohttp.ServerDisconnectedError(), httpx.RemoteProtocolError),
+        ("read", aiohttp.ClientPayloadError("Response payload is not completed"), httpx.RemoteProtocolError),
+        (
+            "send",
+            HttpProcessingError(message="Content-Length can't be present with Transfer-Encoding"),
+            httpx.RemoteProtocolError,
+        ),
+        ("send", aiohttp.ClientOSError(32, "Broken pipe"), httpx.WriteError),
+        ("read", aiohttp.ClientOSError(104, "Connection reset by peer"), httpx.ReadError),
+        ("read", aiohttp.ClientConnectionError("Connection closed"), httpx.ReadError),
+    ],
+)
+def test_aiohttp_failures_are_the_httpx_errors_httpcore_raises(
+    stage: str, error: Exception, expected: type[httpx.TransportError]
+) -> None:
+    with pytest.raises(httpx.TransportError) as raised, _as_httpx(stage):
+        raise error
+    assert type(raised.value) is expected
+    assert raised.value.__cause__ is error
+
+
+async def test_an_upstream_that_refuses_the_connection_is_a_connect_error() -> None:
+    async with httpx.AsyncClient(transport=AiohttpTransport(LIMITS)) as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.get(f"http://127.0.0.1:{free_port()}/v1/models")
+
+
+@asynccontextmanager
+async def counting_server(body: bytes) -> AsyncIterator[tuple[str, list[int]]]:
+    """A keep-alive HTTP/1.1 server on loopback answering every request with ``body``; yields its URL and a list
+    that gains one entry per connection it accepted."""
+    accepted: list[int] = []
+
+    async def handle(stream: anyio.abc.SocketStream) -> None:
+        accepted.append(1)
+        async with stream:
+            buffer = b""
+            while True:
+                try:
+                    data = await stream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    return
+                buffer += data
+                while b"\r\n\r\n" in buffer:
+                    _, _, buffer = buffer.partition(b"\r\n\r\n")
+                    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n" % len(body)
+                    try:
+                        await stream.send(head + body)
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        return
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, handle)
+        try:
+            with anyio.fail_after(10):
+                yield f"http://127.0.0.1:{port}", accepted
+        finally:
+            group.cancel_scope.cancel()
+
+
+async def test_a_body_read_to_its_end_leaves_its_connection_for_the_next_request() -> None:
+    async with (
+        counting_server(b"hello") as (url, accepted),
+        httpx.AsyncClient(transport=AiohttpTransport(LIMITS)) as client,
+    ):
+        first = await client.get(f"{url}/a")
+        second = await client.get(f"{url}/b")
+    assert (first.content, second.content, len(accepted)) == (b"hello", b"hello", 1)
+
+
+async def test_a_body_closed_before_its_end_closes_its_connection() -> None:
+    async with (
+        counting_server(b"x" * 1_000_000) as (url, accepted),
+        httpx.AsyncClient(transport=AiohttpTransport(LIMITS)) as client,
+    ):
+        async with client.stream("GET", f"{url}/a") as response:
+            first = await response.aiter_raw().__anext__()
+        second = await client.get(f"{url}/b")
+    assert (len(first) > 0, len(second.content), len(accepted)) == (True, 1_000_000, 2)
+
+
+@pytest.mark.parametrize(
+    ("name", "transport", "message"),
+    [
+        ("urllib3", None, "upstream_transport must be one of httpcore, aiohttp, not 'urllib3'"),
+        (None, None, "upstream_transport must be one of httpcore, aiohttp, not None"),
+        (
+            "aiohttp",
+            httpx.MockTransport(lambda request: httpx.Response(200)),
+            "give either a transport or upstream_transport='aiohttp', not both",
+        ),
+    ],
+)
+def test_the_option_is_checked_when_it_is_given(name: object, transport: object, message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        check_upstream_transport(name, transport)
+    assert str(raised.value) == message
+    with pytest.raises(ValueError) as raised:
+        create_app("http://127.0.0.1:9/v1", upstream_transport=name, transport=transport)  # type: ignore[arg-type]
+    assert str(raised.value) == message
+
+
+def test_aiohttp_missing_or_too_old_is_refused_with_the_install_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--upstream-transport", "aiohttp"]) == 2
+    assert capsys.readouterr().err == (
+        "numi-mw serve: upstream_transport 'aiohttp' needs the aiohttp package: pip install 'numi_mw[aiohttp]'\n"
+    )
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "3.13.3")
+    with pytest.raises(ValueError) as raised:
+        check_upstream_transport("aiohttp")
+    assert str(raised.value) == (
+        "upstream_transport 'aiohttp' needs aiohttp 3.14 or newer, not 3.13.3: pip install 'numi_mw[aiohttp]'"
+    )
+
+
+def test_serve_offers_the_two_transports(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--upstream-transport", "urllib3"])
+    assert raised.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("numi-mw serve: error: argument --upstream-transport: invalid choice: 'urllib3'")
+    assert last.index("httpcore") < last.index("aiohttp")  # the choices, in this order, however argparse quotes them
