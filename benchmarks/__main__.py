@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--rounds", type=int, default=None, metavar="N", help="interleaved rounds of every case")
     parser.add_argument(
+        "--upstream-transport",
+        default="httpcore",
+        metavar="NAME",
+        help="numi-mw serve --upstream-transport of every sidecar started: httpcore (default) or aiohttp",
+    )
+    parser.add_argument(
         "--json-out",
         type=Path,
         default=None,
@@ -88,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         _parser().error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
     try:
-        config = make_config(quick=args.quick, rounds=args.rounds)
+        config = make_config(quick=args.quick, rounds=args.rounds, upstream_transport=args.upstream_transport)
     except ValueError as exc:
         _parser().error(str(exc))
     terminal = sys.stderr if args.json else sys.stdout
@@ -111,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     emit({**info, "quick": config.quick, "config": _config_json(config)})
     say(report.describe_machine(info))
+    say(f"numi-mw serve --upstream-transport {config.upstream_transport}")
     measurements: list[Measurement] = []
     started = time.perf_counter()
     for name, run in _runners(config, say, args.cases):

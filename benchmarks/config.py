@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from benchmarks.payloads import KIB, MIB
+from numi_mw.upstream import UPSTREAM_TRANSPORTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,7 @@ class Config:
         think_streams: concurrent streams of the think splitting hold-back rows.
         memory_streams: the open idle stream counts of the memory per stream row.
         hold_seconds: the longest the idle streams are held open (each count is measured well within it).
+        upstream_transport: ``numi-mw serve --upstream-transport`` of every sidecar the harness starts.
     """
 
     quick: bool = False
@@ -52,6 +54,7 @@ class Config:
     think_streams: int = 50
     memory_streams: tuple[int, ...] = (1, 100, 1000)
     hold_seconds: float = 60.0
+    upstream_transport: str = "httpcore"
 
 
 DEFAULT = Config()
@@ -79,11 +82,14 @@ QUICK = Config(
 )
 
 
-def make_config(*, quick: bool, rounds: int | None) -> Config:
-    """The settings for a run; ``rounds`` overrides the round counts of every case."""
+def make_config(*, quick: bool, rounds: int | None, upstream_transport: str = "httpcore") -> Config:
+    """The settings for a run; ``rounds`` overrides the round counts of every case; ``upstream_transport`` is the
+    sidecar's (``numi_mw.upstream.UPSTREAM_TRANSPORTS``)."""
     config = QUICK if quick else DEFAULT
     if rounds is not None:
         if rounds < 1:
             raise ValueError("--rounds must be at least 1")
         config = replace(config, rounds=rounds, fixture_rounds=rounds, load_rounds=rounds)
-    return config
+    if upstream_transport not in UPSTREAM_TRANSPORTS:
+        raise ValueError(f"--upstream-transport must be one of {', '.join(UPSTREAM_TRANSPORTS)}")
+    return replace(config, upstream_transport=upstream_transport)

@@ -123,6 +123,27 @@ def wrk(target: Target, kind: str, body: bytes, connections: int, seconds: float
     raise RuntimeError(f"wrk failed ({out.returncode}): {out.stderr.decode(errors='replace')[-500:]}")
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user and system, seconds) of process ``pid`` and of every process under it (workers,
+    Node's or LiteLLM's helpers), from ``/proc/PID/stat``; ``None`` when ``pid`` is gone or ``/proc`` is absent."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}  # pid: (parent, seconds)
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)
+    if pid not in stats:
+        return None
+    total, frontier = 0.0, [pid]
+    while frontier:
+        current = frontier.pop()
+        total += stats[current][1]
+        frontier += [child for child, (parent, _) in stats.items() if parent == current]
+    return total
+
+
 def _port_free(port: int) -> bool:
     import socket
 
@@ -143,13 +164,15 @@ def portkey_script() -> str | None:
     return str(script) if script.exists() else None
 
 
-def numi_mw_serve(upstream: str, port: int, *extra: str) -> list[str]:
+def numi_mw_serve(upstream: str, port: int, *extra: str, transport: str = "httpcore") -> list[str]:
     return [
         *loopback.numi_mw_command(),
         "serve",
         "--upstream",
         upstream,
         *extra,
+        "--upstream-transport",
+        transport,
         "--port",
         str(port),
         "--log-level",
@@ -160,8 +183,11 @@ def numi_mw_serve(upstream: str, port: int, *extra: str) -> list[str]:
 class Peers:
     """Starts the proxies in front of one upstream; the names of the ones that could not start, with why."""
 
-    def __init__(self, stack: contextlib.ExitStack, upstream: str, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, stack: contextlib.ExitStack, upstream: str, say: Callable[[str], None], transport: str = "httpcore"
+    ) -> None:
         self.stack = stack
+        self.transport = transport
         self.upstream = upstream
         self.say = say
         self.skipped: dict[str, str] = {}
@@ -170,6 +196,10 @@ class Peers:
     def _start(self, name: str, command: Sequence[str], port: int, start_seconds: float = 30.0) -> str:
         self.pids[name] = self.stack.enter_context(loopback.process(name, command, port, start_seconds=start_seconds))
         return f"http://127.0.0.1:{port}/v1"
+
+    def pid(self, target: str) -> int | None:
+        """The process id of the proxy behind ``target`` (a ``Target`` name), when the harness started it."""
+        return self.pids.get({"numi_mw": "numi-mw serve"}.get(target, target))
 
     def targets(self, *, passthrough: bool, provider: str = "openrouter") -> list[Target]:
         out = [Target("direct", self.upstream)]
@@ -181,7 +211,11 @@ class Peers:
         out.append(
             Target(
                 "numi_mw",
-                self._start("numi-mw serve", numi_mw_serve(self.upstream, port, "--provider", provider), port),
+                self._start(
+                    "numi-mw serve",
+                    numi_mw_serve(self.upstream, port, "--provider", provider, transport=self.transport),
+                    port,
+                ),
             )
         )
         python = loopback.litellm_python()
@@ -270,7 +304,7 @@ def load_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
                 "upstream", [sys.executable, "-m", "benchmarks.upstream", "--port", str(upstream_port)], upstream_port
             )
         )
-        peers = Peers(stack, f"http://127.0.0.1:{upstream_port}/v1", say)
+        peers = Peers(stack, f"http://127.0.0.1:{upstream_port}/v1", say, config.upstream_transport)
         targets = peers.targets(passthrough=True)
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="numi-mw-wrk-")))
         for kind in KINDS:
@@ -279,8 +313,17 @@ def load_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
                 for target in order:
                     if kind not in target.kinds:
                         continue
+                    pid = peers.pid(target.name)
+                    cpu = cpu_seconds(pid) if pid is not None else None
                     result = wrk(target, kind, bodies[kind], count, config.wrk_seconds, workdir)
+                    after = cpu_seconds(pid) if pid is not None else None
+                    cpu_ms = (
+                        (after - cpu) * 1e3 / result.requests
+                        if cpu is not None and after is not None and result.requests
+                        else None
+                    )
                     table.setdefault(target.name, {}).setdefault(kind, {})[count] = {
+                        "cpu_ms_per_request": cpu_ms,
                         "rate": result.rate,
                         "p50_ms": result.p50_ms,
                         "p99_ms": result.p99_ms,
@@ -288,9 +331,10 @@ def load_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
                         "socket_errors": result.socket_errors,
                         "requests": result.requests,
                     }
+                    cpu_text = f"  CPU {cpu_ms:5.2f} ms/req" if cpu_ms is not None else ""
                     say(
                         f"  {kind:<4} c={count:<3} {target.name:<12} {result.rate:8.1f} req/s"
-                        f"  p99 {result.p99_ms:8.1f} ms  ({result.invalid} invalid,"
+                        f"  p99 {result.p99_ms:8.1f} ms{cpu_text}  ({result.invalid} invalid,"
                         f" {result.socket_errors} socket errors)"
                     )
     return _load_measurements(connections, table, peers.skipped)
@@ -371,7 +415,7 @@ def latency_rows(config: Config, say: Callable[[str], None]) -> list[Measurement
     with contextlib.ExitStack() as stack:
         stack.enter_context(loopback.process("paced upstream", paced, port))
         upstream = f"http://127.0.0.1:{port}/v1"
-        peers = Peers(stack, upstream, say)
+        peers = Peers(stack, upstream, say, config.upstream_transport)
         targets = peers.targets(passthrough=False)
         for count in streams:
             for target in targets:
@@ -384,7 +428,9 @@ def latency_rows(config: Config, say: Callable[[str], None]) -> list[Measurement
                 say(_describe(target.name, count, result))
         for setting in ("content", "reasoning", "auto"):
             port = loopback.free_port()
-            command = numi_mw_serve(upstream, port, "--provider", "local", "--think-start", setting)
+            command = numi_mw_serve(
+                upstream, port, "--provider", "local", "--think-start", setting, transport=config.upstream_transport
+            )
             with loopback.process(f"numi-mw serve --think-start {setting}", command, port):
                 think[setting] = _stream_client(
                     f"http://127.0.0.1:{port}/v1", config.think_streams, config.latency_seconds, "paced-think"
@@ -498,7 +544,9 @@ def scale_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
         sidecar_port = loopback.free_port()
         pid = stack.enter_context(
             loopback.process(
-                "numi-mw serve", numi_mw_serve(upstream, sidecar_port, "--provider", "openrouter"), sidecar_port
+                "numi-mw serve",
+                numi_mw_serve(upstream, sidecar_port, "--provider", "openrouter", transport=config.upstream_transport),
+                sidecar_port,
             )
         )
         url = f"http://127.0.0.1:{sidecar_port}/v1"
@@ -584,7 +632,15 @@ def _workers_row(config: Config, say: Callable[[str], None], have_wrk: bool) -> 
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="numi-mw-wrk-")))
         for workers in (1, 2):
             port = loopback.free_port()
-            serve = numi_mw_serve(upstream, port, "--provider", "openrouter", "--workers", str(workers))
+            serve = numi_mw_serve(
+                upstream,
+                port,
+                "--provider",
+                "openrouter",
+                "--workers",
+                str(workers),
+                transport=config.upstream_transport,
+            )
             with loopback.process(f"numi-mw serve --workers {workers}", serve, port):
                 target = Target(f"workers {workers}", f"http://127.0.0.1:{port}/v1")
                 wrk(target, "json", body, 64, 1, workdir)  # warm up every worker

@@ -242,6 +242,7 @@ def run_loopback(
     """The sidecar (and LiteLLM) cases; ``say`` prints progress and skip notices."""
     python = litellm_python() if litellm else None
     litellm_available = python is not None
+    transport = ("--upstream-transport", config.upstream_transport)
     out: list[Measurement] = []
     if litellm and not litellm_available:
         say('skipped: litellm not installed (eval "$(.ci/build-peer-envs)")')
@@ -280,7 +281,7 @@ def run_loopback(
                 )
             )
             port = free_port()
-            command = [*numi_mw_command(), "serve", "--upstream", upstream, "--provider", "openrouter"]
+            command = [*numi_mw_command(), "serve", "--upstream", upstream, "--provider", "openrouter", *transport]
             targets["sidecar"] = stack.enter_context(
                 server("numi-mw serve", [*command, "--port", str(port), "--log-level", "warning"], port)
             )
@@ -292,7 +293,7 @@ def run_loopback(
             )
             if "sidecar" not in targets:
                 port = free_port()
-                command = [*numi_mw_command(), "serve", "--upstream", upstream, "--provider", "openrouter"]
+                command = [*numi_mw_command(), "serve", "--upstream", upstream, "--provider", "openrouter", *transport]
                 targets["sidecar"] = stack.enter_context(
                     server("numi-mw serve", [*command, "--port", str(port), "--log-level", "warning"], port)
                 )
