@@ -120,9 +120,21 @@ class UpstreamPool(httpcore.AsyncConnectionPool):
         return connection
 
 
+class ClosedBeforeAnswer(httpx.RemoteProtocolError):
+    """The upstream closed the connection before any byte of its answer: the one failure after which the sidecar
+    sends a request again (``numi_mw.proxy``), since the upstream answered nothing. A pooled connection the upstream
+    had closed meanwhile ends so (llama.cpp's server closes it after every streamed answer although it announces
+    keep-alive). An answer that breaks HTTP/1.1 framing is an ``httpx.RemoteProtocolError`` but not this one: the
+    upstream did answer, and the request (a generation, which may be billed) is not sent twice."""
+
+
+_CLOSED_BEFORE_ANSWER = "Server disconnected without sending a response."
+"""httpcore 1.0's message for a connection closed before any answer byte (``httpcore._async.http11``)."""
+
+
 class PooledTransport(httpx.AsyncHTTPTransport):
     """``httpx.AsyncHTTPTransport`` (HTTP/1.1, certificates verified, no proxy from the environment) on an
-    ``UpstreamPool``.
+    ``UpstreamPool``, raising ``ClosedBeforeAnswer`` for a connection closed before any answer byte.
 
     Args:
         limits: the pool's ``max_connections`` (``None``: no cap), ``max_keepalive_connections`` and
@@ -136,6 +148,19 @@ class PooledTransport(httpx.AsyncHTTPTransport):
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
         )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """httpx's, with a connection closed before any answer byte raised as ``ClosedBeforeAnswer``.
+
+        Raises:
+            httpx.TransportError: as httpx raises it.
+        """
+        try:
+            return await super().handle_async_request(request)
+        except httpx.RemoteProtocolError as exc:
+            if str(exc) == _CLOSED_BEFORE_ANSWER:
+                raise ClosedBeforeAnswer(str(exc)) from exc
+            raise
 
 
 UPSTREAM_TRANSPORTS = ("httpcore", "aiohttp")

@@ -22,6 +22,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
 from yarl import URL
 
+from numi_mw.upstream import ClosedBeforeAnswer
+
 MAX_HEADER_BYTES = 100 * 1024
 """The most bytes of one response header line aiohttp parses (its default is 8,190): httpcore takes up to 100 KiB
 of response head, so an answer the default transport reads is read here too."""
@@ -40,8 +42,9 @@ def _as_httpx(stage: str) -> Iterator[None]:
     """aiohttp's errors as the httpx errors httpcore raises for the same failure (``upstream.failure_kind`` reads
     them): a connect timeout ``httpx.ConnectTimeout``, a read timeout ``httpx.ReadTimeout``, a connection refused
     or a DNS or TLS failure ``httpx.ConnectError``, a connection the upstream closed before or while answering and
-    an answer that breaks HTTP/1.1 framing ``httpx.RemoteProtocolError`` (RFC 9112), another socket error
-    ``httpx.ReadError`` (``httpx.WriteError`` while sending). ``stage`` is ``send`` or ``read``."""
+    an answer that breaks HTTP/1.1 framing ``httpx.RemoteProtocolError`` (RFC 9112; ``upstream.ClosedBeforeAnswer``
+    for a connection closed while the request waits for its answer), another socket error ``httpx.ReadError``
+    (``httpx.WriteError`` while sending). ``stage`` is ``send`` or ``read``."""
     try:
         yield
     except aiohttp.ConnectionTimeoutError as exc:
@@ -50,7 +53,10 @@ def _as_httpx(stage: str) -> Iterator[None]:
         raise httpx.ReadTimeout(str(exc) or "the upstream did not answer in time") from exc
     except aiohttp.ClientConnectorError as exc:
         raise httpx.ConnectError(str(exc)) from exc
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:
+    except aiohttp.ServerDisconnectedError as exc:
+        closed: type[httpx.RemoteProtocolError] = ClosedBeforeAnswer if stage == "send" else httpx.RemoteProtocolError
+        raise closed(str(exc) or type(exc).__name__) from exc
+    except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:
         raise httpx.RemoteProtocolError(str(exc) or type(exc).__name__) from exc
     except HttpProcessingError as exc:
         raise httpx.RemoteProtocolError(exc.message or type(exc).__name__) from exc

@@ -257,7 +257,7 @@ def test_on_aiohttp_a_chunked_answer_with_a_content_length_is_a_502(
     upstream: RawUpstream, base_url: str, upstream_transport: str
 ) -> None:
     """aiohttp refuses an answer framed both ways (RFC 9112 section 6.1 lets a recipient treat it as an error); the
-    refusal reads as a broken answer: sent once more, as after a closed connection, then 502."""
+    refusal reads as a broken answer, a 502, and the request is not sent again."""
     if upstream_transport != "aiohttp":
         pytest.skip("httpcore forwards such an answer chunked (the previous test)")
     upstream.reset(answer(CHUNKED_WITH_LENGTH))
@@ -273,7 +273,7 @@ def test_on_aiohttp_a_chunked_answer_with_a_content_length_is_a_502(
             "param": None,
         }
     }
-    assert len(upstream.requests) - before == 2
+    assert len(upstream.requests) - before == 1
 
 
 def test_a_content_length_answer_keeps_its_length(upstream: RawUpstream, base_url: str) -> None:
@@ -601,3 +601,37 @@ def test_a_client_that_leaves_closes_the_upstream_connection(
         while client_waits_for not in seen:
             seen += sock.recv(65536)
     assert upstream_closed.wait(WAIT)
+
+
+def test_a_malformed_answer_is_a_502_and_the_request_is_not_sent_again(upstream: RawUpstream, base_url: str) -> None:
+    """The upstream answered (a header line without a colon, RFC 9112 section 5): a second generation could be
+    billed, so the chat completion is not sent for again."""
+    upstream.reset(answer(b"HTTP/1.1 200 OK\r\nthis line has no colon\r\ncontent-length: 2\r\n\r\n{}"))
+    before = len(upstream.requests)
+    head, body = response_head(exchange(base_url, post(b"/v1/chat/completions", CHAT)))
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 502 Bad Gateway"
+    assert json.loads(body)["error"] == {
+        "message": "The upstream could not be reached; try again later.",
+        "type": "api_error",
+        "code": "upstream_unavailable",
+        "param": None,
+    }
+    assert len(upstream.requests) - before == 1
+
+
+def test_a_connection_closed_before_any_answer_byte_is_sent_once_more(upstream: RawUpstream, base_url: str) -> None:
+    """As a kept-alive connection the upstream closed meanwhile ends: nothing was answered, so the request goes
+    again, and the second answer reaches the client."""
+    calls: list[int] = []
+    ok = answer(OK_HEAD + b"content-length: 27\r\n\r\n" + b'{"id":"gen-1","choices":[]}')
+
+    def first_closes(conn: socket.socket, request: bytes) -> None:
+        calls.append(1)
+        if len(calls) > 1:
+            ok(conn, request)
+
+    upstream.reset(first_closes)
+    before = len(upstream.requests)
+    head, body = response_head(exchange(base_url, post(b"/v1/chat/completions", CHAT)))
+    assert (head.split(b"\r\n")[0], body) == (b"HTTP/1.1 200 OK", b'{"id":"gen-1","choices":[]}')
+    assert upstream.requests[before:] == [upstream.requests[before]] * 2

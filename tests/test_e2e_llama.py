@@ -37,7 +37,9 @@ from tests.llama_model import (
 )
 
 BINARY = llama_server_binary()
-pytestmark = llama_tier(BINARY)
+pytestmark = [*llama_tier(BINARY), pytest.mark.usefixtures("upstream_transport")]
+"""Every test here runs once per upstream transport (httpcore and aiohttp): llama-server closes the connection
+after every streamed answer, which each must meet by sending the next request again."""
 
 MESSAGES: Any = [{"role": "user", "content": "How many r's are in strawberry?"}]
 RAW = {"reasoning_format": "none"}
@@ -46,7 +48,7 @@ PARSED = {"reasoning_format": "deepseek"}
 
 @pytest.fixture(scope="module", params=[False, True], ids=["whole-tags", "split-tags"])
 def servers(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, upstream_transport: str
 ) -> Iterator[tuple[openai.OpenAI, str]]:
     model = tmp_path_factory.mktemp("model") / "scripted.gguf"
     write_model(model, split_tags=request.param)
@@ -201,7 +203,7 @@ def split_body(base_url: str, body: dict[str, Any]) -> tuple[str, str]:
 
 @pytest.fixture(scope="module", params=sorted(SCRIPTS))
 def scripted(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, upstream_transport: str
 ) -> Iterator[tuple[str, str, str]]:
     """(script name, llama-server's base URL, the sidecar's base URL) for one scripted shape."""
     model = tmp_path_factory.mktemp("model") / f"{request.param}.gguf"
@@ -247,7 +249,7 @@ provider = "llama"
 
 
 @pytest.fixture(scope="module")
-def opened(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def opened(tmp_path_factory: pytest.TempPathFactory, upstream_transport: str) -> Iterator[dict[str, str]]:
     """llama-server with a template whose generation prompt ends in ``<think>\\n``, and sidecars in front of it:
     the default start, ``--think-start reasoning`` and ``auto``, and a catalog whose model says ``think_start =
     "reasoning"``."""

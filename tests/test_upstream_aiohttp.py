@@ -19,7 +19,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from numi_mw.cli import main
 from numi_mw.proxy import create_app
-from numi_mw.upstream import check_upstream_transport
+from numi_mw.upstream import ClosedBeforeAnswer, check_upstream_transport
 from numi_mw.upstream_aiohttp import AiohttpTransport, _as_httpx
 from tests.e2e_support import free_port
 
@@ -31,7 +31,8 @@ LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=100)
     [
         ("send", aiohttp.ConnectionTimeoutError("connect"), httpx.ConnectTimeout),
         ("read", aiohttp.SocketTimeoutError("read"), httpx.ReadTimeout),
-        ("send", aiohttp.ServerDisconnectedError(), httpx.RemoteProtocolError),
+        ("send", aiohttp.ServerDisconnectedError(), ClosedBeforeAnswer),
+        ("read", aiohttp.ServerDisconnectedError(), httpx.RemoteProtocolError),
         ("read", aiohttp.ClientPayloadError("Response payload is not completed"), httpx.RemoteProtocolError),
         (
             "send",

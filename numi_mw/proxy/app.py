@@ -72,6 +72,7 @@ from numi_mw.replay_store import (
 )
 from numi_mw.upstream import (
     DECODED,
+    ClosedBeforeAnswer,
     answer_options,
     api_keys,
     check_upstream_transport,
@@ -504,9 +505,10 @@ class _Call(NamedTuple):
 async def _send(client: httpx.AsyncClient, call: _Call) -> httpx.Response:
     """Send the call's request under the one mapping of httpx errors (``upstream_failure``).
 
-    A request whose body is bytes is sent once more when the upstream closed a kept-alive connection before
-    answering (``RemoteProtocolError`` before any response byte): llama.cpp's server closes the connection after
-    every streamed answer although it announces keep-alive, and a pooled client meets that on its next request.
+    A request whose body is bytes is sent once more when the upstream closed the connection before any byte of
+    its answer (``upstream.ClosedBeforeAnswer``): llama.cpp's server closes the connection after every streamed
+    answer although it announces keep-alive, and a pooled client meets that on its next request. An answer that
+    breaks HTTP/1.1 framing is not sent for again: the upstream answered.
 
     Raises:
         ApiError: 502 or 504 (``upstream_failure``).
@@ -514,7 +516,7 @@ async def _send(client: httpx.AsyncClient, call: _Call) -> httpx.Response:
     try:
         try:
             return await client.send(call.request, stream=True)
-        except httpx.RemoteProtocolError:
+        except ClosedBeforeAnswer:
             if not call.replayable:
                 raise
             return await client.send(call.request, stream=True)
