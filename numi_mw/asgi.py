@@ -53,6 +53,19 @@ def without_headers(headers: Iterable[tuple[bytes, bytes]], names: frozenset[byt
     return [(k, v) for k, v in headers if k.lower() not in names]
 
 
+_OWS = b" \t"
+
+
+def trimmed_values(headers: Headers) -> Headers:
+    """``headers`` (raw, changed in place and returned) with the spaces and tabs around each value removed: they
+    are no part of the field value (RFC 9110 section 5.5), a server such as uvicorn hands them on, and h11 refuses
+    to send a value that has them."""
+    for i, (name, value) in enumerate(headers):
+        if value and (value[0] in _OWS or value[-1] in _OWS):
+            headers[i] = (name, value.strip(_OWS))
+    return headers
+
+
 _CONTENT_LENGTH = frozenset((b"content-length",))
 
 ADJUSTMENTS = b"x-numi-mw-adjustments"

@@ -11,6 +11,7 @@ failures reach the sidecar as the httpx errors httpcore raises for them, so that
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -22,7 +23,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
 from yarl import URL
 
-from numi_mw.upstream import ClosedBeforeAnswer
+from numi_mw.upstream import ClosedBeforeAnswer, PooledTransport
 
 MAX_HEADER_BYTES = 100 * 1024
 """The most bytes of one response header line aiohttp parses (its default is 8,190): httpcore takes up to 100 KiB
@@ -68,16 +69,24 @@ def _as_httpx(stage: str) -> Iterator[None]:
 
 
 class _Request(aiohttp.ClientRequest):
-    """aiohttp's request, which sends no ``Content-Length: 0`` the caller did not give: aiohttp adds one to every
-    request without a body whose method is not ``GET``, ``HEAD``, ``OPTIONS``, ``TRACE`` or ``CONNECT`` (a
-    ``DELETE``, say), where httpx, and so the default transport, sends none (RFC 9110 section 8.6: a request
-    without content need not say so)."""
+    """aiohttp's request, sending what httpx's would:
+
+    - no ``Content-Length: 0`` the caller did not give: aiohttp adds one to every request without a body whose
+      method is not ``GET``, ``HEAD``, ``OPTIONS``, ``TRACE`` or ``CONNECT`` (a ``DELETE``, say), where httpx sends
+      none (RFC 9110 section 8.6: a request without content need not say so);
+    - the body at once after the head, whatever ``Expect: 100-continue`` the client sent (forwarded as any header):
+      aiohttp would hold the body until the upstream answers ``100 Continue``, which many never send, where httpx
+      does not wait (RFC 9110 section 10.1.1 lets a client not wait).
+    """
 
     def update_body_from_data(self, body: Any, _stacklevel: int = 3) -> None:
         given = hdrs.CONTENT_LENGTH in self.headers
         super().update_body_from_data(body, _stacklevel + 1)
         if body is None and not given:
             self.headers.popall(hdrs.CONTENT_LENGTH, None)
+
+    def update_expect_continue(self, expect: bool = False) -> None:
+        """Wait for no ``100 Continue``."""
 
 
 class _Body(httpx.AsyncByteStream):
@@ -111,14 +120,21 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             kept); aiohttp keeps every idle connection up to that expiry, so ``max_keepalive_connections`` has no
             counterpart.
 
-    Timeouts come from each request's ``timeout`` extension, as httpx sets it: ``connect`` bounds opening a
-    connection, ``read`` each wait for the upstream's next bytes, ``pool`` the wait for a connection and its
-    opening together; aiohttp has no write timeout.
+    Timeouts come from each request's ``timeout`` extension, as httpx sets it (seconds): ``connect`` bounds opening
+    a connection, ``pool`` plus ``connect`` the wait for a connection and its opening together, ``read`` each wait
+    for the upstream's next bytes once the request is written. aiohttp times no write, so writing the request and
+    waiting for the answer's head are bounded together by ``write`` plus ``read`` (``httpx.WriteTimeout`` past
+    it).
+
+    A request with a header value that is not UTF-8 (Latin-1 text, say) goes through the default transport
+    (``upstream.PooledTransport``) instead: aiohttp writes header values as UTF-8 and could not send those bytes
+    as they came. An unasked ``101 Switching Protocols`` is an ``httpx.RemoteProtocolError``, as httpcore raises.
     """
 
     def __init__(self, limits: httpx.Limits) -> None:
         self._limits = limits
         self._session: aiohttp.ClientSession | None = None
+        self._httpcore: httpx.AsyncBaseTransport | None = None
         self._timeouts: dict[tuple[float | None, ...], aiohttp.ClientTimeout] = {}
 
     def _open(self) -> aiohttp.ClientSession:
@@ -141,6 +157,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             max_field_size=MAX_HEADER_BYTES,
             max_headers=MAX_HEADER_COUNT,
         )
+        # The sidecar sends a request again itself after a connection closed before any answer byte
+        # (``upstream.ClosedBeforeAnswer``); aiohttp would first do so on its own for GET, PUT, DELETE and the like.
+        self._session._retry_connection = False
         return self._session
 
     def _timeout(self, request: httpx.Request) -> aiohttp.ClientTimeout:
@@ -150,7 +169,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         timeout = self._timeouts.get(key)
         if timeout is None:
             connect, read, pool = key
-            timeout = aiohttp.ClientTimeout(total=None, connect=pool, sock_connect=connect, sock_read=read)
+            # aiohttp's connect bounds the wait for a pooled connection and opening a new one together
+            waited = pool + connect if pool is not None and connect is not None else None
+            timeout = aiohttp.ClientTimeout(total=None, connect=waited, sock_connect=connect, sock_read=read)
             self._timeouts[key] = timeout
         return timeout
 
@@ -160,7 +181,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         Raises:
             httpx.TransportError: as ``_as_httpx`` maps aiohttp's errors.
         """
-        session = self._session or self._open()
         headers: CIMultiDict[str] = CIMultiDict()
         data: bytes | httpx.AsyncByteStream | None
         whole = isinstance(request.stream, httpx.ByteStream)  # a body given as bytes, which httpx has read
@@ -169,22 +189,43 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         else:
             assert isinstance(request.stream, httpx.AsyncByteStream)  # an async client's body of unknown length
             data = request.stream
-        for name, value in request.headers.raw:
-            if not whole and name.lower() == b"transfer-encoding":
-                continue  # a body of unknown length: aiohttp writes the chunked framing and this header itself
-            headers.add(name.decode("latin-1"), value.decode("latin-1"))
+        try:
+            for name, value in request.headers.raw:
+                if not whole and name.lower() == b"transfer-encoding":
+                    continue  # a body of unknown length: aiohttp writes the chunked framing and this header itself
+                headers.add(name.decode(), value.decode())  # aiohttp writes them as UTF-8
+        except UnicodeDecodeError:  # bytes aiohttp cannot write as they came (Latin-1 text, say): httpcore can
+            return await self._fallback().handle_async_request(request)
         url = URL(str(request.url), encoded=True)  # as sent: no re-quoting
+        if url.raw_user is not None:  # httpx has turned the URL's credentials into the Authorization header
+            url = url.with_user(None)
+        given = request.extensions.get("timeout", {})
+        write, read = given.get("write"), given.get("read")
+        session = self._session or self._open()
         with _as_httpx("send"):
-            response = await session.request(
-                request.method,
-                url,
-                headers=headers,
-                data=data,
-                allow_redirects=False,
-                compress=False,
-                timeout=self._timeout(request),
-            )
-        extensions = {"http_version": b"HTTP/1.1", "reason_phrase": (response.reason or "").encode("latin-1")}
+            # aiohttp times neither a write nor the wait for the head while the body is still being written:
+            # both together are bounded by the write and read timeouts summed (a read timeout alone bounds the
+            # wait once the body is written).
+            try:
+                async with asyncio.timeout(write + read if write is not None and read is not None else None) as bound:
+                    response = await session.request(
+                        request.method,
+                        url,
+                        headers=headers,
+                        data=data,
+                        allow_redirects=False,
+                        compress=False,
+                        timeout=self._timeout(request),
+                    )
+            except TimeoutError:
+                if bound.expired():
+                    raise httpx.WriteTimeout("the upstream did not take the request in time") from None
+                raise
+        if response.status == 101:  # no request asks to switch protocols (Upgrade is hop-by-hop, never sent)
+            response.close()
+            raise httpx.RemoteProtocolError("the upstream switched protocols unasked (101)")
+        reason = (response.reason or "").encode("utf-8", "surrogateescape")
+        extensions = {"http_version": b"HTTP/1.1", "reason_phrase": reason}
         return httpx.Response(
             response.status,
             headers=list(response.raw_headers),
@@ -193,8 +234,18 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             extensions=extensions,
         )
 
+    def _fallback(self) -> httpx.AsyncBaseTransport:
+        """The default transport (``upstream.PooledTransport``, same limits), for a request whose header bytes
+        aiohttp cannot send as they came; opened on first use."""
+        if self._httpcore is None:
+            self._httpcore = PooledTransport(self._limits)
+        return self._httpcore
+
     async def aclose(self) -> None:
-        """Close the session and its connections."""
+        """Close the session and its connections (and the fallback transport's)."""
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+        if self._httpcore is not None:
+            fallback, self._httpcore = self._httpcore, None
+            await fallback.aclose()

@@ -631,3 +631,102 @@ def test_a_connection_closed_before_any_answer_byte_is_sent_once_more(upstream: 
     head, body = response_head(exchange(base_url, post(b"/v1/chat/completions", CHAT)))
     assert (head.split(b"\r\n")[0], body) == (b"HTTP/1.1 200 OK", b'{"id":"gen-1","choices":[]}')
     assert upstream.requests[before:] == [upstream.requests[before]] * 2
+
+
+def test_header_values_reach_the_upstream_byte_for_byte_without_the_spaces_around_them(
+    upstream: RawUpstream, base_url: str
+) -> None:
+    """UTF-8 (an OpenRouter ``X-Title`` with an accent) and Latin-1 bytes go as they came; the spaces and tabs
+    around a value are no part of it (RFC 9110 section 5.5) and are dropped, which h11 needs to send it."""
+    upstream.reset(answer(OK_HEAD + b"content-length: 2\r\n\r\n{}"))
+    sent = (
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Title: Caf\xc3\xa9 app\r\nX-Latin: caf\xe9\r\n"
+        b"X-Spaced:   a  b \t \r\nConnection: close\r\n\r\n"
+    )
+    assert response_head(exchange(base_url, sent))[1] == b"{}"
+    assert upstream.requests[-1] == upstream_head(upstream, b"/v1/models") + (
+        b"Connection: keep-alive\r\nx-title: Caf\xc3\xa9 app\r\nx-latin: caf\xe9\r\nx-spaced: a  b\r\n" + NO_BODY
+    )
+
+
+def test_expect_100_continue_is_forwarded_and_the_body_follows_at_once(upstream: RawUpstream, base_url: str) -> None:
+    """Many servers never answer ``100 Continue``; httpx sends the body without waiting, as RFC 9110 section
+    10.1.1 lets a client, and so does the sidecar on either transport."""
+    upstream.reset(answer(OK_HEAD + b"content-length: 27\r\n\r\n" + b'{"id":"gen-1","choices":[]}'))
+    request = post(b"/v1/chat/completions", CHAT).replace(b"Host: x\r\n", b"Host: x\r\nExpect: 100-continue\r\n")
+    interim, _, final = exchange(base_url, request).partition(b"\r\n\r\n")  # the sidecar's server asks for the body
+    head, body = response_head(final)
+    assert (interim, head.split(b"\r\n")[0], body) == (
+        b"HTTP/1.1 100 Continue",
+        b"HTTP/1.1 200 OK",
+        b'{"id":"gen-1","choices":[]}',
+    )
+    assert b"\r\nexpect: 100-continue\r\n" in upstream.requests[-1]
+    assert upstream.requests[-1].endswith(b"\r\n\r\n" + CHAT)
+
+
+@pytest.mark.parametrize(
+    ("status_line", "expected"),
+    [
+        (b"HTTP/1.1 200 OK \xe2\x9c\x93", b"HTTP/1.1 200 OK"),  # a reason phrase in UTF-8
+        (b"HTTP/1.1 101 Switching Protocols", b"HTTP/1.1 502 Bad Gateway"),  # nothing asked to switch
+    ],
+)
+def test_odd_status_lines(upstream: RawUpstream, base_url: str, status_line: bytes, expected: bytes) -> None:
+    upstream.reset(answer(status_line + b"\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"))
+    head, _ = response_head(exchange(base_url, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    assert head.split(b"\r\n")[0] == expected
+
+
+def test_a_connection_always_closed_unanswered_gets_the_request_twice_and_a_502(
+    upstream: RawUpstream, base_url: str
+) -> None:
+    """Sent once more, by the sidecar alone (aiohttp would also retry a GET on its own first)."""
+    upstream.reset(lambda conn, request: None)
+    before = len(upstream.requests)
+    head, body = response_head(exchange(base_url, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    assert (head.split(b"\r\n")[0], json.loads(body)) == (b"HTTP/1.1 502 Bad Gateway", UNREACHABLE)
+    assert len(upstream.requests) - before == 2
+
+
+def test_credentials_in_the_upstream_url_become_basic_authorization(upstream: RawUpstream) -> None:
+    base = upstream.base_url.replace("http://", "http://us%40er:p%3Ass@")
+    upstream.reset(answer(OK_HEAD + b"content-length: 2\r\n\r\n{}"))
+    with sidecar(base, "--provider", "openrouter") as url:
+        head, body = response_head(exchange(url, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    assert (head.split(b"\r\n")[0], body) == (b"HTTP/1.1 200 OK", b"{}")
+    assert b"\r\nAuthorization: Basic dXNAZXI6cDpzcw==\r\n" in upstream.requests[-1]  # base64 of us@er:p:ss
+
+
+def test_an_upstream_that_never_takes_the_body_is_a_504_within_the_timeouts() -> None:
+    """httpcore times each write (``--timeout``); aiohttp times none, so writing and waiting for the answer are
+    bounded together by the write and read timeouts summed: 4 seconds here."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def accept_and_ignore() -> None:
+        listener.settimeout(0.2)
+        held = []
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(listener.accept()[0])
+        for conn in held:
+            conn.close()
+
+    thread = threading.Thread(target=accept_and_ignore, daemon=True)
+    thread.start()
+    port = listener.getsockname()[1]
+    try:
+        with sidecar(f"http://127.0.0.1:{port}/v1", "--provider", "openrouter", "--timeout", "2") as url:
+            body = b"x" * (32 * 1024 * 1024)
+            request = b"POST /v1/files HTTP/1.1\r\nHost: x\r\ncontent-length: %d\r\nConnection: close\r\n\r\n" % len(
+                body
+            )
+            with httpx.Client(timeout=WAIT) as client:
+                response = client.post(url + "/files", content=body, headers={"content-type": "text/plain"})
+            assert request  # the body goes as a stream of a known length
+    finally:
+        stop.set()
+        thread.join(timeout=WAIT)
+        listener.close()
+    assert (response.status_code, response.json()["error"]["code"]) == (504, "upstream_timeout")

@@ -43,6 +43,7 @@ from numi_mw.asgi import (
     connection_tokens,
     off_loop,
     read_body,
+    trimmed_values,
     without_headers,
 )
 from numi_mw.core.adapters import WIRE_APIS, WireAdapter
@@ -334,7 +335,7 @@ class _Sidecar:
         else:
             content = await _client_body(request, watch)
         drop = _DROP_REQUEST if isinstance(content, bytes) else _DROP_STREAMED
-        headers = without_headers(raw, drop | connection_tokens(raw))
+        headers = trimmed_values(without_headers(raw, drop | connection_tokens(raw)))
         headers.append((b"accept-encoding", b"identity"))
         if adapter is None:
             adapter = WIRE_APIS.get(provider.wire_api)  # every path of a native upstream needs its headers
