@@ -411,14 +411,16 @@ def upstream_headers(
     return headers
 
 
-def relayed_headers(headers: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes]) -> Headers:
+def relayed_headers(headers: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes], status: int = 200) -> Headers:
     """The upstream's response ``headers`` (raw) as a body relayed chunk by chunk goes back with them: without the
     names in ``drop`` (lower case; the hop-by-hop ones at least), without the names the upstream's ``Connection``
     header lists (hop-by-hop too, RFC 9110 section 7.6.1), and without ``content-length`` when the upstream framed
     the body with ``transfer-encoding``, which overrides it (RFC 9112 section 6.3): that body goes back chunked,
-    and a length beside the chunks would be wrong or ignored."""
+    and a length beside the chunks would be wrong or ignored. A ``204`` or ``304`` answer (``status``) has no body
+    whatever its ``content-length`` says (RFC 9110 sections 8.6, 15.3.5 and 15.4.5), and goes back without that
+    header: the server in front of the sidecar would wait for that many body bytes."""
     names = drop | connection_tokens(headers)
-    if any(name.lower() == b"transfer-encoding" for name, _ in headers):
+    if status in (204, 304) or any(name.lower() == b"transfer-encoding" for name, _ in headers):
         names = names | {b"content-length"}
     return without_headers(headers, names)
 

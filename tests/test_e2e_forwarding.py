@@ -730,3 +730,14 @@ def test_an_upstream_that_never_takes_the_body_is_a_504_within_the_timeouts() ->
         thread.join(timeout=WAIT)
         listener.close()
     assert (response.status_code, response.json()["error"]["code"]) == (504, "upstream_timeout")
+
+
+@pytest.mark.parametrize("status", [b"204 No Content", b"304 Not Modified"])
+def test_an_answer_without_a_body_goes_back_without_its_content_length(
+    upstream: RawUpstream, base_url: str, status: bytes
+) -> None:
+    """A 304 may carry the length of the representation it stands for (RFC 9110 section 8.6), and neither it nor a
+    204 has a body: relayed with that length, the sidecar's server would wait for a body that never comes."""
+    upstream.reset(answer(b"HTTP/1.1 " + status + b'\r\netag: "v1"\r\ncontent-length: 10\r\n\r\n'))
+    raw = exchange(base_url, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert response_head(raw) == (b"HTTP/1.1 " + status + b'\r\netag: "v1"\r\nconnection: close', b"")

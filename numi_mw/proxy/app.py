@@ -388,7 +388,8 @@ class _Sidecar:
         response = StreamingResponse(
             chunks, status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
         )
-        response.raw_headers = relayed_headers(upstream.headers.raw, _DROP_REWRITTEN if rewriter else HOP_BY_HOP)
+        drop = _DROP_REWRITTEN if rewriter else HOP_BY_HOP
+        response.raw_headers = relayed_headers(upstream.headers.raw, drop, upstream.status_code)
         response.raw_headers += extra
         return response
 
