@@ -718,18 +718,46 @@ def test_an_upstream_that_never_takes_the_body_is_a_504_within_the_timeouts() ->
     port = listener.getsockname()[1]
     try:
         with sidecar(f"http://127.0.0.1:{port}/v1", "--provider", "openrouter", "--timeout", "2") as url:
-            body = b"x" * (32 * 1024 * 1024)
-            request = b"POST /v1/files HTTP/1.1\r\nHost: x\r\ncontent-length: %d\r\nConnection: close\r\n\r\n" % len(
-                body
-            )
-            with httpx.Client(timeout=WAIT) as client:
-                response = client.post(url + "/files", content=body, headers={"content-type": "text/plain"})
-            assert request  # the body goes as a stream of a known length
+            raw = exchange_while_sending(url, b"POST /v1/files", b"x" * (32 * 1024 * 1024))
     finally:
         stop.set()
         thread.join(timeout=WAIT)
         listener.close()
-    assert (response.status_code, response.json()["error"]["code"]) == (504, "upstream_timeout")
+    head, body = response_head(raw)
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 504 Gateway Timeout"
+    assert json.loads(body)["error"]["code"] == "upstream_timeout"
+
+
+def exchange_while_sending(base_url: str, request_line: bytes, body: bytes) -> bytes:
+    """Send ``request_line`` with ``body`` (``content-length`` framed) from a thread while reading the answer:
+    the sidecar may answer before it has read the body, and a client blocked writing would never see it. The
+    answer's bytes up to the end of its head and ``content-length`` body, or up to a close."""
+    url = httpx.URL(base_url)
+    head = request_line + b" HTTP/1.1\r\nHost: x\r\ncontent-length: %d\r\nConnection: close\r\n\r\n" % len(body)
+    with socket.create_connection((url.host, url.port or 80), timeout=WAIT) as sock:
+
+        def send() -> None:
+            with contextlib.suppress(OSError):
+                sock.sendall(head + body)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < _length(data):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    sender.join(timeout=WAIT)
+    return data
+
+
+def _length(data: bytes) -> int:
+    for line in data.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 1 << 62  # no length: read to the close
 
 
 @pytest.mark.parametrize("status", [b"204 No Content", b"304 Not Modified"])
