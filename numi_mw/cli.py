@@ -61,7 +61,7 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
         if not math.isfinite(value):  # nan and inf: no time a timeout or a lifetime could be
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
         if value <= 0:

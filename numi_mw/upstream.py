@@ -121,20 +121,21 @@ class UpstreamPool(httpcore.AsyncConnectionPool):
 
 
 class ClosedBeforeAnswer(httpx.RemoteProtocolError):
-    """The upstream closed the connection before any byte of its answer: the one failure after which the sidecar
-    sends a request again (``numi_mw.proxy``), since the upstream answered nothing. A pooled connection the upstream
+    """The upstream closed the connection before the head of its answer was whole (no byte of it, or part of its
+    status line and headers: neither httpcore nor aiohttp tells the two apart): the one failure after which the
+    sidecar sends a request again (``numi_mw.proxy``), since no answer came. A pooled connection the upstream
     had closed meanwhile ends so (llama.cpp's server closes it after every streamed answer although it announces
     keep-alive). An answer that breaks HTTP/1.1 framing is an ``httpx.RemoteProtocolError`` but not this one: the
     upstream did answer, and the request (a generation, which may be billed) is not sent twice."""
 
 
 _CLOSED_BEFORE_ANSWER = "Server disconnected without sending a response."
-"""httpcore 1.0's message for a connection closed before any answer byte (``httpcore._async.http11``)."""
+"""httpcore 1.0's message for a connection closed before a whole answer head (``httpcore._async.http11``)."""
 
 
 class PooledTransport(httpx.AsyncHTTPTransport):
     """``httpx.AsyncHTTPTransport`` (HTTP/1.1, certificates verified, no proxy from the environment) on an
-    ``UpstreamPool``, raising ``ClosedBeforeAnswer`` for a connection closed before any answer byte.
+    ``UpstreamPool``, raising ``ClosedBeforeAnswer`` for a connection closed before a whole answer head.
 
     Args:
         limits: the pool's ``max_connections`` (``None``: no cap), ``max_keepalive_connections`` and
@@ -150,7 +151,7 @@ class PooledTransport(httpx.AsyncHTTPTransport):
         )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """httpx's, with a connection closed before any answer byte raised as ``ClosedBeforeAnswer``.
+        """httpx's, with a connection closed before a whole answer head raised as ``ClosedBeforeAnswer``.
 
         Raises:
             httpx.TransportError: as httpx raises it.
@@ -411,6 +412,20 @@ def upstream_headers(
     return headers
 
 
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+"""Control characters other than a tab: invalid in a field value (RFC 9110 section 5.5), and refused by uvicorn,
+which raises instead of writing the answer."""
+
+
+def writable(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The upstream's answer ``headers`` (raw) without the ones whose value holds a control character other than a
+    tab, which the server in front of the sidecar cannot write (the rest of the answer goes on)."""
+    headers = list(headers)
+    if any(_CONTROL.search(value) for _, value in headers):
+        return [(name, value) for name, value in headers if not _CONTROL.search(value)]
+    return headers
+
+
 def relayed_headers(headers: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes], status: int = 200) -> Headers:
     """The upstream's response ``headers`` (raw) as a body relayed chunk by chunk goes back with them: without the
     names in ``drop`` (lower case; the hop-by-hop ones at least), without the names the upstream's ``Connection``
@@ -422,7 +437,7 @@ def relayed_headers(headers: Iterable[tuple[bytes, bytes]], drop: frozenset[byte
     names = drop | connection_tokens(headers)
     if status in (204, 304) or any(name.lower() == b"transfer-encoding" for name, _ in headers):
         names = names | {b"content-length"}
-    return without_headers(headers, names)
+    return without_headers(writable(headers), names)
 
 
 def api_keys(catalog: Catalog) -> dict[str, str]:
@@ -649,7 +664,7 @@ def whole_answer(
     out = rewriter.finish()
     media = rewriter.content_type if rewriter.changed else None
     status = rewriter.status if rewriter.status is not None else status
-    return out, status, with_length(headers, len(out), drop, content_type=media)
+    return out, status, with_length(writable(headers), len(out), drop, content_type=media)
 
 
 async def relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> AsyncIterator[bytes]:

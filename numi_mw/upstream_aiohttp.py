@@ -157,7 +157,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             max_field_size=MAX_HEADER_BYTES,
             max_headers=MAX_HEADER_COUNT,
         )
-        # The sidecar sends a request again itself after a connection closed before any answer byte
+        # The sidecar sends a request again itself after a connection closed before a whole answer head
         # (``upstream.ClosedBeforeAnswer``); aiohttp would first do so on its own for GET, PUT, DELETE and the like.
         self._session._retry_connection = False
         return self._session

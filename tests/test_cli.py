@@ -444,8 +444,8 @@ def test_serve_refuses_a_duration_that_is_not_a_finite_number(option: str, value
     [
         ("0", "'0' must be greater than 0"),
         ("-2", "'-2' must be greater than 0"),
-        ("two", "'two' is not a number"),
-        ("1.5", "'1.5' is not a number"),
+        ("two", "'two' is not a whole number"),
+        ("1.5", "'1.5' is not a whole number"),
         ("99999", f"'99999' is more than {4 * (os.cpu_count() or 1)} worker processes (4 per core of this machine)"),
     ],
 )

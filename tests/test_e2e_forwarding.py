@@ -552,6 +552,11 @@ CHAT = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 STREAM_CHAT = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
 
 
+def closing(request: bytes) -> bytes:
+    """``request`` with ``Connection: close``, so that the sidecar closes the connection after its answer."""
+    return request.replace(b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n", 1)
+
+
 def post(path: bytes, body: bytes) -> bytes:
     return (
         b"POST " + path + b" HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: "
@@ -610,7 +615,7 @@ def test_a_malformed_answer_is_a_502_and_the_request_is_not_sent_again(upstream:
     billed, so the chat completion is not sent for again."""
     upstream.reset(answer(b"HTTP/1.1 200 OK\r\nthis line has no colon\r\ncontent-length: 2\r\n\r\n{}"))
     before = len(upstream.requests)
-    head, body = response_head(exchange(base_url, post(b"/v1/chat/completions", CHAT)))
+    head, body = response_head(exchange(base_url, closing(post(b"/v1/chat/completions", CHAT))))
     assert (head.split(b"\r\n")[0], json.loads(body)) == (b"HTTP/1.1 502 Bad Gateway", UNREACHABLE)
     assert len(upstream.requests) - before == 1
 
@@ -628,7 +633,7 @@ def test_a_connection_closed_before_any_answer_byte_is_sent_once_more(upstream: 
 
     upstream.reset(first_closes)
     before = len(upstream.requests)
-    head, body = response_head(exchange(base_url, post(b"/v1/chat/completions", CHAT)))
+    head, body = response_head(exchange(base_url, closing(post(b"/v1/chat/completions", CHAT))))
     assert (head.split(b"\r\n")[0], body) == (b"HTTP/1.1 200 OK", b'{"id":"gen-1","choices":[]}')
     assert upstream.requests[before:] == [upstream.requests[before]] * 2
 
@@ -653,7 +658,9 @@ def test_expect_100_continue_is_forwarded_and_the_body_follows_at_once(upstream:
     """Many servers never answer ``100 Continue``; httpx sends the body without waiting, as RFC 9110 section
     10.1.1 lets a client, and so does the sidecar on either transport."""
     upstream.reset(answer(OK_HEAD + b"content-length: 27\r\n\r\n" + b'{"id":"gen-1","choices":[]}'))
-    request = post(b"/v1/chat/completions", CHAT).replace(b"Host: x\r\n", b"Host: x\r\nExpect: 100-continue\r\n")
+    request = closing(post(b"/v1/chat/completions", CHAT)).replace(
+        b"Host: x\r\n", b"Host: x\r\nExpect: 100-continue\r\n"
+    )
     interim, _, final = exchange(base_url, request).partition(b"\r\n\r\n")  # the sidecar's server asks for the body
     head, body = response_head(final)
     assert (interim, head.split(b"\r\n")[0], body) == (
@@ -769,3 +776,33 @@ def test_an_answer_without_a_body_goes_back_without_its_content_length(
     upstream.reset(answer(b"HTTP/1.1 " + status + b'\r\netag: "v1"\r\ncontent-length: 10\r\n\r\n'))
     raw = exchange(base_url, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert response_head(raw) == (b"HTTP/1.1 " + status + b'\r\netag: "v1"\r\nconnection: close', b"")
+
+
+@pytest.mark.parametrize("status", [b"099", b"600", b"999"])
+def test_a_status_outside_100_to_599_is_a_502_sent_once(upstream: RawUpstream, base_url: str, status: bytes) -> None:
+    """RFC 9110 section 15: the server in front of the sidecar cannot write such a status."""
+    upstream.reset(
+        answer(b"HTTP/1.1 " + status + b" Weird\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+    )
+    before = len(upstream.requests)
+    head, body = response_head(exchange(base_url, closing(post(b"/v1/chat/completions", CHAT))))
+    assert (head.split(b"\r\n")[0], json.loads(body)) == (b"HTTP/1.1 502 Bad Gateway", UNREACHABLE)
+    assert len(upstream.requests) - before == 1
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", closing(post(b"/v1/chat/completions", CHAT))],
+)
+def test_an_answer_header_with_a_control_character_is_left_out(
+    upstream: RawUpstream, base_url: str, request_bytes: bytes
+) -> None:
+    """RFC 9110 section 5.5: invalid in a field value; the rest of the answer, relayed or rewritten, goes on."""
+    body = b'{"id":"gen-1","choices":[]}'
+    upstream.reset(
+        answer(OK_HEAD + b"x-odd: a\x01b\r\nx-del: \x7f\r\nx-tab: a\tb\r\ncontent-length: 27\r\n\r\n" + body)
+    )
+    head, received = response_head(exchange(base_url, request_bytes))
+    fields = head.split(b"\r\n")
+    assert (fields[0], received) == (b"HTTP/1.1 200 OK", body)
+    assert [field for field in fields if field.startswith(b"x-")] == [b"x-tab: a\tb"]

@@ -507,23 +507,28 @@ class _Call(NamedTuple):
 async def _send(client: httpx.AsyncClient, call: _Call) -> httpx.Response:
     """Send the call's request under the one mapping of httpx errors (``upstream_failure``).
 
-    A request whose body is bytes is sent once more when the upstream closed the connection before any byte of
-    its answer (``upstream.ClosedBeforeAnswer``): llama.cpp's server closes the connection after every streamed
+    A request whose body is bytes is sent once more when the upstream closed the connection before the head of its
+    answer was whole (``upstream.ClosedBeforeAnswer``): llama.cpp's server closes the connection after every streamed
     answer although it announces keep-alive, and a pooled client meets that on its next request. An answer that
-    breaks HTTP/1.1 framing is not sent for again: the upstream answered.
+    breaks HTTP/1.1 framing is not sent for again: the upstream answered. An answer whose status is outside 100 to
+    599 (RFC 9110 section 15) is a 502 too.
 
     Raises:
         ApiError: 502 or 504 (``upstream_failure``).
     """
     try:
         try:
-            return await client.send(call.request, stream=True)
+            response = await client.send(call.request, stream=True)
         except ClosedBeforeAnswer:
             if not call.replayable:
                 raise
-            return await client.send(call.request, stream=True)
+            response = await client.send(call.request, stream=True)
+        if not 100 <= response.status_code <= 599:  # RFC 9110 section 15: no server can send it on
+            await response.aclose()
+            raise httpx.RemoteProtocolError(f"status {response.status_code} is outside 100 to 599")
     except httpx.RequestError as exc:
         raise upstream_failure(exc, "send") from None
+    return response
 
 
 def _json_response(data: Any) -> Response:
