@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote_to_bytes
 
+import h11
 import httpcore
 import httpx
 
@@ -107,7 +108,11 @@ class UpstreamPool(httpcore.AsyncConnectionPool):
             connection = idle[i]
             if connection.can_handle_request(origin) and connection.is_available():
                 del idle[i]
-                return connection
+                if not _has_leftover(connection):
+                    return connection
+                connections.remove(connection)  # its next answer would start with those bytes
+                closing.append(connection)
+                continue
             i += 1
         if len(connections) >= self._max_connections:
             if not idle:
@@ -131,6 +136,15 @@ class ClosedBeforeAnswer(httpx.RemoteProtocolError):
 
 _CLOSED_BEFORE_ANSWER = "Server disconnected without sending a response."
 """httpcore 1.0's message for a connection closed before a whole answer head (``httpcore._async.http11``)."""
+
+
+def _has_leftover(connection: httpcore.AsyncConnectionInterface) -> bool:
+    """Whether the upstream sent bytes past its last answer on ``connection`` that h11 has read already (bytes past
+    a ``Content-Length`` body, a body on an answer to ``HEAD``): httpcore 1.0 keeps such a connection, and the next
+    answer read on it starts with them (a 502 for whichever request comes next). Bytes that come later make the
+    connection readable, which ``has_expired`` finds."""
+    state = getattr(getattr(connection, "_connection", None), "_h11_state", None)
+    return isinstance(state, h11.Connection) and bool(state.trailing_data[0])
 
 
 class PooledTransport(httpx.AsyncHTTPTransport):

@@ -806,3 +806,28 @@ def test_an_answer_header_with_a_control_character_is_left_out(
     fields = head.split(b"\r\n")
     assert (fields[0], received) == (b"HTTP/1.1 200 OK", body)
     assert [field for field in fields if field.startswith(b"x-")] == [b"x-tab: a\tb"]
+
+
+def test_bytes_past_an_answer_do_not_reach_the_next_request(
+    upstream: RawUpstream, base_url: str, upstream_transport: str
+) -> None:
+    """An upstream that sends bytes past a ``Content-Length`` body and keeps the connection: the connection is not
+    used again, so the next request, whoever sends it, gets its own answer."""
+    body = b'{"id":"gen-1","choices":[]}'
+    ok = OK_HEAD + b"content-length: 27\r\n\r\n" + body
+
+    def garbage_then_keep(conn: socket.socket, request: bytes) -> None:
+        conn.sendall(ok + b"GARBAGE")
+        conn.settimeout(2)
+        with contextlib.suppress(OSError):
+            if read_request(conn):  # the connection was used again: answer as the upstream would
+                conn.sendall(ok)
+
+    upstream.reset(garbage_then_keep)
+    first = response_head(exchange(base_url, closing(post(b"/v1/chat/completions", CHAT))))
+    upstream.reset(answer(ok))
+    second = response_head(exchange(base_url, closing(post(b"/v1/chat/completions", CHAT))))
+    assert (second[0].split(b"\r\n")[0], second[1]) == (b"HTTP/1.1 200 OK", body)
+    # httpcore takes the first answer whole; aiohttp refuses it (docs/sidecar.md, "Upstream transport")
+    expected = b"HTTP/1.1 200 OK" if upstream_transport == "httpcore" else b"HTTP/1.1 502 Bad Gateway"
+    assert first[0].split(b"\r\n")[0] == expected
