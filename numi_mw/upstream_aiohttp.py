@@ -135,7 +135,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._limits = limits
         self._session: aiohttp.ClientSession | None = None
         self._httpcore: httpx.AsyncBaseTransport | None = None
-        self._timeouts: dict[tuple[float | None, ...], aiohttp.ClientTimeout] = {}
+        self._timeouts: dict[tuple[float | None, ...], tuple[aiohttp.ClientTimeout, float | None]] = {}
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
@@ -162,18 +162,21 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session._retry_connection = False
         return self._session
 
-    def _timeout(self, request: httpx.Request) -> aiohttp.ClientTimeout:
-        """The aiohttp timeout for ``request``'s httpx ``timeout`` extension (one object per distinct set)."""
+    def _timeout(self, request: httpx.Request) -> tuple[aiohttp.ClientTimeout, float | None]:
+        """The aiohttp timeout for ``request``'s httpx ``timeout`` extension, and the seconds that bound writing the
+        request and waiting for the answer's head together (``write`` plus ``read``; ``None``: no bound). One pair
+        per distinct set of timeouts."""
         given = request.extensions.get("timeout", {})
-        key = (given.get("connect"), given.get("read"), given.get("pool"))
-        timeout = self._timeouts.get(key)
-        if timeout is None:
-            connect, read, pool = key
+        key = (given.get("connect"), given.get("read"), given.get("pool"), given.get("write"))
+        timeouts = self._timeouts.get(key)
+        if timeouts is None:
+            connect, read, pool, write = key
             # aiohttp's connect bounds the wait for a pooled connection and opening a new one together
             waited = pool + connect if pool is not None and connect is not None else None
+            bound = write + read if write is not None and read is not None else None
             timeout = aiohttp.ClientTimeout(total=None, connect=waited, sock_connect=connect, sock_read=read)
-            self._timeouts[key] = timeout
-        return timeout
+            timeouts = self._timeouts[key] = (timeout, bound)
+        return timeouts
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` and return the response with its body still to be read.
@@ -199,15 +202,14 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         url = URL(str(request.url), encoded=True)  # as sent: no re-quoting
         if url.raw_user is not None:  # httpx has turned the URL's credentials into the Authorization header
             url = url.with_user(None)
-        given = request.extensions.get("timeout", {})
-        write, read = given.get("write"), given.get("read")
+        timeout, limit = self._timeout(request)
         session = self._session or self._open()
         with _as_httpx("send"):
             # aiohttp times neither a write nor the wait for the head while the body is still being written:
             # both together are bounded by the write and read timeouts summed (a read timeout alone bounds the
             # wait once the body is written).
             try:
-                async with asyncio.timeout(write + read if write is not None and read is not None else None) as bound:
+                async with asyncio.timeout(limit) as bound:
                     response = await session.request(
                         request.method,
                         url,
@@ -215,7 +217,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                         data=data,
                         allow_redirects=False,
                         compress=False,
-                        timeout=self._timeout(request),
+                        timeout=timeout,
                     )
             except TimeoutError:
                 if bound.expired():

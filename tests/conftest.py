@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from numi_mw.upstream import UPSTREAM_TRANSPORTS
+
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
@@ -20,9 +22,6 @@ def shared_dir() -> Path:
         pytest.skip(f"{SHARED} is absent: recorded fixtures and handed cases live outside the repository")
     return SHARED
 
-
-UPSTREAM_TRANSPORTS = ("httpcore", "aiohttp")
-"""The sidecar's upstream transports (``numi-mw serve --upstream-transport``)."""
 
 SIDECAR_TRANSPORT = ["httpcore"]
 """The upstream transport ``e2e_support.sidecar`` starts ``numi-mw serve`` with: the ``upstream_transport``

@@ -738,7 +738,7 @@ def test_an_upstream_that_never_takes_the_body_is_a_504_within_the_timeouts() ->
 def exchange_while_sending(base_url: str, request_line: bytes, body: bytes) -> bytes:
     """Send ``request_line`` with ``body`` (``content-length`` framed) from a thread while reading the answer:
     the sidecar may answer before it has read the body, and a client blocked writing would never see it. The
-    answer's bytes up to the end of its head and ``content-length`` body, or up to a close."""
+    answer as ``read_request`` reads a message (its head, then its body by its framing)."""
     url = httpx.URL(base_url)
     head = request_line + b" HTTP/1.1\r\nHost: x\r\ncontent-length: %d\r\nConnection: close\r\n\r\n" % len(body)
     with socket.create_connection((url.host, url.port or 80), timeout=WAIT) as sock:
@@ -749,22 +749,9 @@ def exchange_while_sending(base_url: str, request_line: bytes, body: bytes) -> b
 
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
-        data = b""
-        while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < _length(data):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = read_request(sock)
     sender.join(timeout=WAIT)
     return data
-
-
-def _length(data: bytes) -> int:
-    for line in data.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            return int(value)
-    return 1 << 62  # no length: read to the close
 
 
 @pytest.mark.parametrize("status", [b"204 No Content", b"304 Not Modified"])

@@ -166,9 +166,12 @@ def test_serve_offers_the_two_transports(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_timeouts_are_httpxs_as_aiohttp_counts_them() -> None:
     """The sidecar's ``Timeout(2, connect=10)``: 10 s to open a connection, 12 s to wait for one and open it
-    (httpx's pool timeout plus its connect timeout), 2 s for each read."""
+    (httpx's pool timeout plus its connect timeout), 2 s for each read; 4 s for writing the request and waiting for
+    the answer's head together (write plus read)."""
     request = httpx.Request(
         "GET", "http://127.0.0.1:9/v1/models", extensions={"timeout": httpx.Timeout(2, connect=10).as_dict()}
     )
-    timeout = AiohttpTransport(LIMITS)._timeout(request)
-    assert timeout == aiohttp.ClientTimeout(total=None, connect=12, sock_connect=10, sock_read=2)
+    assert AiohttpTransport(LIMITS)._timeout(request) == (
+        aiohttp.ClientTimeout(total=None, connect=12, sock_connect=10, sock_read=2),
+        4,
+    )
