@@ -24,11 +24,10 @@ from typing import Any, NamedTuple
 import anyio
 import httpx
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response, StreamingResponse
-from starlette.types import Message, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocketClose
 
 from numi_mw.asgi import (
@@ -244,7 +243,7 @@ class _Sidecar:
                 group.start_soon(watch.run, group.cancel_scope)
                 try:
                     response = await self.handle(request, watch, upstream)
-                    await response(scope, watch.receive, send)
+                    await response(scope, receive, send)
                 except ClientDisconnect:  # the client left while its body was forwarded: nobody to answer
                     pass
                 except httpx.RequestError:  # the upstream broke off a body relayed as is (``relay`` logged it)
@@ -259,7 +258,7 @@ class _Sidecar:
         if failure is not None:
             raise failure
 
-    async def handle(self, request: Request, watch: _ClientWatch, upstream: list[httpx.Response]) -> Response:
+    async def handle(self, request: Request, watch: _ClientWatch, upstream: list[httpx.Response]) -> ASGIApp:
         """The response for ``request``; the upstream response, once there is one, is put in ``upstream`` for the
         caller to close."""
         try:
@@ -347,7 +346,7 @@ class _Sidecar:
         note_upstream(provider.name, route.wire_api if route is not None else provider.wire_api, route)
         return _Call(request_out, options, adjustments, isinstance(content, bytes), scope, restored, context)
 
-    async def answer(self, upstream: httpx.Response, call: _Call) -> Response:
+    async def answer(self, upstream: httpx.Response, call: _Call) -> ASGIApp:
         """The client's response for the upstream's: rewritten when the call has response options and
         ``choose_rewriter`` picks a rewriter, else relayed as it comes (the upstream response is closed on every
         path). The call's adjustments go in the ``x-numi-mw-adjustments`` header, the count of turns a replay store
@@ -385,13 +384,9 @@ class _Sidecar:
         chunks = relay(upstream, rewriter)
         if rewriter is not None and call.scope is not None:
             chunks = _remember_stream(self.replay, call.scope, call.context, chunks)
-        response = StreamingResponse(
-            chunks, status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
-        )
         drop = _DROP_REWRITTEN if rewriter else HOP_BY_HOP
-        response.raw_headers = relayed_headers(upstream.headers.raw, drop, upstream.status_code)
-        response.raw_headers += extra
-        return response
+        headers = relayed_headers(upstream.headers.raw, drop, upstream.status_code)
+        return _Relayed(upstream.status_code, headers + extra, chunks)
 
     async def _remember(self, scope: str, context: str, body: bytes) -> None:
         """Keep the opaque state of each choice of a buffered chat completion (``replay.answer_states``: the
@@ -427,29 +422,52 @@ async def _kept_stream(
         await replay.keep(scope, states.states())
 
 
+class _Relayed:
+    """An upstream body relayed to the client as it comes: the response head, then each chunk of ``chunks`` as one
+    ASGI ``http.response.body`` message the moment it is yielded, then the body's end (ASGI spec "HTTP" section).
+
+    The client's leaving is ``_ClientWatch``'s to notice (it cancels the whole call), so no second task listens
+    for it here, as Starlette's ``StreamingResponse`` would start under a server of ASGI spec version below 2.4.
+
+    Raises:
+        starlette.requests.ClientDisconnect: the server's ``send`` raised ``OSError`` (ASGI spec 2.4: the client
+            has gone).
+        httpx.RequestError: from ``chunks`` (``upstream.relay``: the upstream broke off a body relayed as is).
+    """
+
+    __slots__ = ("chunks", "headers", "status")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], chunks: AsyncIterator[bytes]) -> None:
+        self.status = status
+        self.headers = headers
+        self.chunks = chunks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+            async for chunk in self.chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            raise ClientDisconnect() from None
+
+
 class _ClientWatch:
     """Watches the client's connection while its call runs (ASGI ``http.disconnect``, ASGI spec "HTTP" section).
 
     ``run`` waits until the client's body has been read (``body_read``; until then the body's reader owns
-    ``receive``), then reads ``receive`` until the client leaves and cancels the call's scope. The response is sent
-    with ``receive`` of this watch, which returns ``http.disconnect`` once the client has left (Starlette's
-    ``StreamingResponse`` listens to it)."""
+    ``receive``), then reads ``receive`` until the client leaves and cancels the call's scope: wherever the call
+    is (sending, reading a buffered body, relaying a stream), it ends there."""
 
     def __init__(self, receive: Receive) -> None:
         self._receive = receive
         self.body_read = anyio.Event()
-        self.gone = anyio.Event()
 
     async def run(self, scope: anyio.CancelScope) -> None:
         await self.body_read.wait()
         while (await self._receive())["type"] != "http.disconnect":
             pass  # the empty ``http.request`` of a request without a body
-        self.gone.set()
         scope.cancel()
-
-    async def receive(self) -> Message:
-        await self.gone.wait()
-        return {"type": "http.disconnect"}
 
 
 async def _client_body(request: Request, watch: _ClientWatch) -> bytes | AsyncIterator[bytes]:
