@@ -13,18 +13,21 @@ import importlib.metadata
 import logging
 import os
 import re
+import socket
 import time
 import unicodedata
+import weakref
 import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import unquote_to_bytes
 
 import h11
 import httpcore
 import httpx
+from httpcore._utils import is_socket_readable  # the probe httpcore 1.0's has_expired makes
 
 from numi_mw.asgi import Headers, connection_tokens, with_length, without_headers
 from numi_mw.core.adapters import WireAdapter
@@ -72,7 +75,7 @@ class UpstreamPool(httpcore.AsyncConnectionPool):
             if id(connection) in busy:
                 kept.append(connection)
             elif connection.is_idle():
-                if connection.has_expired():  # past its expiry, or closed by the server
+                if _idle_expired(connection):  # past its expiry, or closed by the server
                     closing.append(connection)
                 else:
                     kept.append(connection)
@@ -123,6 +126,30 @@ class UpstreamPool(httpcore.AsyncConnectionPool):
         connection = self.create_connection(origin)
         connections.append(connection)
         return connection
+
+
+_SOCKETS: weakref.WeakKeyDictionary[httpcore.AsyncNetworkStream, socket.socket | None] = weakref.WeakKeyDictionary()
+"""The socket of each open upstream connection's stream, looked up once: anyio builds a fresh dictionary of all of a
+stream's attributes for each lookup, which cost more than the ``poll`` that reads the socket."""
+
+
+def _idle_expired(connection: httpcore.AsyncConnectionInterface) -> bool:
+    """``connection.has_expired()`` for an idle connection, as httpcore 1.0 decides it (past its keep-alive expiry,
+    else its socket readable: closed by the server, or bytes past its last answer), with the clock read before the
+    socket is polled and the socket looked up once per connection (``_SOCKETS``). A connection of another shape (not
+    HTTP/1.1 over httpcore's anyio stream) is asked itself."""
+    inner: Any = getattr(connection, "_connection", None)
+    stream = getattr(inner, "_network_stream", None)
+    if not isinstance(stream, httpcore.AsyncNetworkStream) or not hasattr(inner, "_expire_at"):
+        return connection.has_expired()
+    expire_at = inner._expire_at
+    if expire_at is not None and time.monotonic() > expire_at:
+        return True
+    try:
+        sock = _SOCKETS[stream]
+    except KeyError:
+        sock = _SOCKETS[stream] = stream.get_extra_info("socket")
+    return is_socket_readable(sock)
 
 
 class ClosedBeforeAnswer(httpx.RemoteProtocolError):
@@ -320,10 +347,12 @@ def upstream_failure(exc: httpx.RequestError, stage: Stage) -> ApiError:
     return upstream_unavailable(undecodable if isinstance(exc, httpx.DecodingError) else other)
 
 
+@functools.lru_cache(maxsize=1024)
 def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
     """The upstream URL for a request path, as sent (still percent-encoded): a leading ``/v1`` stands for the base
     URL's path, and the rest is appended to it byte for byte; the base URL's own query comes first, the request's
-    after it.
+    after it. The last 1,024 URLs built are kept (an ``httpx.URL`` is immutable): a sidecar's requests mostly go to
+    one path, and building the URL is most of the cost of this step.
 
     Raises:
         ApiError: 400 ``invalid_request`` for a path that is not UTF-8 once percent-decoded
@@ -435,7 +464,7 @@ def writable(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]
     """The upstream's answer ``headers`` (raw) without the ones whose value holds a control character other than a
     tab, which the server in front of the sidecar cannot write (the rest of the answer goes on)."""
     headers = list(headers)
-    if any(_CONTROL.search(value) for _, value in headers):
+    if _CONTROL.search(b"\t".join(value for _, value in headers)):  # one search; a tab is allowed
         return [(name, value) for name, value in headers if not _CONTROL.search(value)]
     return headers
 

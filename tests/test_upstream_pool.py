@@ -143,3 +143,15 @@ async def test_connections_the_server_closed_are_dropped_when_a_request_goes_to_
                 await anyio.sleep(0.01)
         assert await get_all(client, other, 1) == [b"ok"]
         assert len(pool_of(client).connections) == 1  # the one to the other origin
+
+
+async def test_a_connection_idle_past_its_keepalive_expiry_is_closed_and_not_used_again() -> None:
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=100, keepalive_expiry=0.05)
+    async with serving(Server()) as server, httpx.AsyncClient(transport=PooledTransport(limits)) as client:
+        assert await get_all(client, server, 1) == [b"ok"]
+        first = pool_of(client).connections[0]
+        await anyio.sleep(0.2)
+        assert await get_all(client, server, 1) == [b"ok"]
+        assert server.accepted == 2
+        assert first.is_closed()
+        assert pool_of(client).connections != [first]
