@@ -444,6 +444,29 @@ def test_every_path_is_forwarded_as_sent(upstream: RawUpstream, base_url: str, p
     assert upstream.requests[-1] == upstream_head(upstream, forwarded) + b"Connection: keep-alive\r\n" + NO_BODY
 
 
+@pytest.mark.parametrize(
+    ("path", "prepared"),
+    [
+        (b"/v1/chat/completions", True),
+        (b"/v1/chat/completions/", True),
+        (b"/v1/chat/completions%09", False),  # a tab at its end: the decoded path does not end in /chat/completions
+        (b"/v1/chat/completions%3Fx", False),
+        (b"/v1/chat%2Fcompletions", True),  # decoded, it ends in /chat/completions, as the middleware reads it
+    ],
+)
+def test_chat_completions_are_told_by_the_decoded_path(
+    upstream: RawUpstream, base_url: str, path: bytes, prepared: bool
+) -> None:
+    """The sidecar prepares a ``POST`` whose path, as the server decoded it, ends in ``/chat/completions``, as the
+    middleware does; any other body goes upstream byte for byte."""
+    upstream.reset(answer(OK_HEAD + b"content-length: 27\r\n\r\n" + b'{"id":"gen-1","choices":[]}'))
+    body = b'{"model":"m","reasoning_effort":"high","include_reasoning":false,"messages":[]}'
+    exchange(base_url, closing(post(path, body)))
+    sent = upstream.requests[-1].partition(b"\r\n\r\n")[2]
+    expected = b'{"model":"m","reasoning":{"effort":"high","exclude":true},"messages":[]}' if prepared else body
+    assert sent == expected
+
+
 @pytest.mark.parametrize("method", [b"POST", b"PROPFIND", b"DELETE"])
 def test_the_operations_paths_answer_other_methods_405(upstream: RawUpstream, base_url: str, method: bytes) -> None:
     before = len(upstream.requests)

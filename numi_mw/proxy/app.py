@@ -233,7 +233,7 @@ class _Sidecar:
         except ApiError as error:
             await _error_response(error)(scope, receive, send)
             return
-        listing = self._listing(request.method, request.url.path)
+        listing = self._listing(request.method, scope["path"])
         if listing is not None:
             await listing(scope, receive, send)
             return
@@ -300,7 +300,7 @@ class _Sidecar:
         scope: str | None = None
         context = NO_CONTEXT
         restored = 0
-        if is_chat_completions(method, request.url.path):
+        if is_chat_completions(method, request.scope["path"]):
             declared = request.headers.get("content-length")
             body = await read_body(request.receive, self.max_body_bytes, declared.encode() if declared else None)
             if body is None:
@@ -335,7 +335,7 @@ class _Sidecar:
         if adapter is None:
             adapter = WIRE_APIS.get(provider.wire_api)  # every path of a native upstream needs its headers
         translated = options is not None and options.wire_api in WIRE_APIS  # the body is the JSON numi_mw wrote
-        key = self.keys.get(provider.name) if _serves_route(method, request.url.path) else None
+        key = self.keys.get(provider.name) if _serves_route(method, request.scope["path"]) else None
         headers = upstream_headers(headers, adapter, key, translated=translated)
         url = target_url(provider.base_url, path, request.scope.get("query_string", b""))
         request_out = self.client.build_request(method, url, headers=headers, content=content)
