@@ -27,6 +27,22 @@ Workloads (``--workloads`` picks some):
   one ``SSERewriter`` (per stream), and ``stream.floor_deepseek``, ``stream.floor_groq``, ``stream.floor_claude``
   the same streams through the floor, as for ``stream.floor_2000``.
 
+Server workloads count a whole server process per request instead (``SERVER_WORKLOADS``): the process runs under
+callgrind in front of ``benchmarks.upstream``, and a client in this process sends it ``N`` requests and then ``2N``,
+one at a time; the counters are zeroed before and dumped after each batch (``callgrind_control``), and the
+difference of the two batches over ``N`` is what one request costs the server, uvicorn, the shell, the core and the
+upstream client included:
+
+- ``sidecar.buffered.httpcore``, ``sidecar.stream.httpcore``: ``numi-mw serve --provider openrouter`` on its
+  default upstream transport, the harness's 2 KB request, buffered and with ``"stream":true`` (the 40-event
+  stream);
+- ``sidecar.buffered.aiohttp``, ``sidecar.stream.aiohttp``: the same with ``--upstream-transport aiohttp``;
+- ``floor.passthrough_buffered``, ``floor.passthrough_stream``: the same requests through the same-stack
+  pass-through (``benchmarks.passthrough``: Starlette, httpx and uvicorn without a rule).
+
+These count what CPU time per request measures under ``wrk``, without its noise: on a shared machine the CPU time
+of one request moved by half between runs, its instruction count by well under a percent.
+
 Needs valgrind (Debian's ``valgrind`` package); each workload takes about a minute.
 """
 
@@ -34,13 +50,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 from benchmarks.inprocess import FLOOR_TARGET_RECORDED, FLOOR_TARGET_SPEC
 
@@ -66,6 +84,16 @@ WORKLOADS: dict[str, int] = {
     "stream.floor_claude": 60,
 }
 """Each workload with its ``N`` (iterations of the shorter run)."""
+
+SERVER_WORKLOADS: dict[str, int] = {
+    "sidecar.buffered.httpcore": 100,
+    "sidecar.stream.httpcore": 60,
+    "sidecar.buffered.aiohttp": 100,
+    "sidecar.stream.aiohttp": 60,
+    "floor.passthrough_buffered": 100,
+    "floor.passthrough_stream": 60,
+}
+"""The server workloads with their ``N`` (requests of the shorter batch)."""
 
 RECORDED: dict[str, str] = {
     "deepseek": "deepseek-reasoner-reasoning-content",
@@ -175,9 +203,102 @@ def _count(name: str, n: int) -> int:
     return int(found.group(1))
 
 
+def _server_command(name: str, upstream: str, port: int) -> list[str]:
+    from benchmarks import loopback
+
+    if name.startswith("floor.passthrough"):
+        return [sys.executable, "-m", "benchmarks.passthrough", "--upstream", upstream, "--port", str(port)]
+    transport = name.rsplit(".", 1)[1]
+    return [
+        *loopback.numi_mw_command(),
+        "serve",
+        "--upstream",
+        upstream,
+        "--provider",
+        "openrouter",
+        "--upstream-transport",
+        transport,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+
+
+async def _send_requests(url: str, body: bytes, marker: bytes, count: int) -> None:
+    """``count`` requests to ``url``, one at a time; raises unless each is a 200 holding ``marker``."""
+    import httpx
+
+    headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
+    async with httpx.AsyncClient(timeout=120.0, trust_env=False) as client:
+        for _ in range(count):
+            response = await client.post(url, content=body, headers=headers)
+            if response.status_code != 200 or marker not in response.content:
+                raise RuntimeError(f"{url} answered {response.status_code}: {response.content[:200]!r}")
+
+
+def _dumped_total(folder: str, pid: int, before: set[str]) -> int:
+    """The instruction total of the dump ``callgrind_control --dump`` has just asked process ``pid`` for: the one
+    file in ``folder`` that was not in ``before``, once callgrind has written it whole (its ``totals:`` line)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for file in set(os.listdir(folder)) - before:
+            with open(os.path.join(folder, file)) as dump:
+                found = re.search(r"^(?:totals|summary): (\d+)", dump.read(), re.MULTILINE)
+            if found is not None:
+                before.add(file)
+                return int(found.group(1))
+        time.sleep(0.2)
+    raise RuntimeError(f"callgrind wrote no dump for process {pid} within 120 s")
+
+
+def _request(name: str) -> tuple[bytes, bytes]:
+    """The body a server workload sends, and the bytes each answer must hold."""
+    from benchmarks import payloads
+
+    stream = name.endswith(("stream.httpcore", "stream.aiohttp", "_stream"))
+    return payloads.request_2kb(stream=stream), b"data: [DONE]" if stream else b'"choices"'
+
+
+@contextlib.contextmanager
+def _serving(name: str, callgrind_out: str | None) -> Iterator[tuple[int, str]]:
+    """The server of workload ``name`` in front of ``benchmarks.upstream``, under callgrind writing to
+    ``callgrind_out`` (``None``: not under callgrind); yields its process id and its chat completions URL."""
+    from benchmarks import loopback
+
+    with contextlib.ExitStack() as stack:
+        upstream_port, port = loopback.free_port(), loopback.free_port()
+        upstream_command = [sys.executable, "-m", "benchmarks.upstream", "--port", str(upstream_port)]
+        stack.enter_context(loopback.process("upstream", upstream_command, upstream_port))
+        command = _server_command(name, f"http://127.0.0.1:{upstream_port}/v1", port)
+        if callgrind_out is not None:
+            command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={callgrind_out}", *command]
+        server = loopback.process(name, command, port, start_seconds=300.0, env={"PYTHONHASHSEED": "0"})
+        yield stack.enter_context(server), f"http://127.0.0.1:{port}/v1/chat/completions"
+
+
+def _count_server(name: str, n: int) -> int:
+    """Instructions one request costs the server of workload ``name`` (``SERVER_WORKLOADS``): its counters over
+    ``2N`` requests less those over ``N``, divided by ``N``."""
+    body, marker = _request(name)
+    with tempfile.TemporaryDirectory() as folder, _serving(name, f"{folder}/callgrind.out.%p") as (pid, url):
+        seen: set[str] = set(os.listdir(folder))
+        totals = []
+        for count in (max(1, n // 4), n, 2 * n):  # the first batch warms the process up and is not counted
+            subprocess.run(["callgrind_control", "--zero", str(pid)], capture_output=True, timeout=120, check=True)
+            asyncio.run(_send_requests(url, body, marker, count))
+            subprocess.run(["callgrind_control", "--dump", str(pid)], capture_output=True, timeout=120, check=True)
+            totals.append(_dumped_total(folder, pid, seen))
+        return (totals[2] - totals[1]) // n
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__.split("\n")[0])
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated workload names")
+    parser.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated workload names (default: all but the server workloads, {', '.join(SERVER_WORKLOADS)})",
+    )
     parser.add_argument("--run", nargs=2, metavar=("NAME", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run:
@@ -188,12 +309,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     counts: dict[str, int] = {}
     for name in args.workloads.split(","):
+        if name in SERVER_WORKLOADS:
+            per = counts[name] = _count_server(name, SERVER_WORKLOADS[name])
+            print(f"{name:28s} {per:>12,} instructions per request")
+            continue
         n = WORKLOADS[name]
         per = counts[name] = (_count(name, 2 * n) - _count(name, n)) // n
-        print(f"{name:24s} {per:>12,} instructions per {'stream' if name.startswith('stream') else 'call'}")
+        print(f"{name:28s} {per:>12,} instructions per {'stream' if name.startswith('stream') else 'call'}")
     for name, floor, target in FLOOR_RATIOS:
         if name in counts and floor in counts:
-            print(f"{name:24s} {counts[name] / counts[floor]:12.2f}x {floor} (target <= {target:g}x)")
+            print(f"{name:28s} {counts[name] / counts[floor]:12.2f}x {floor} (target <= {target:g}x)")
+    for name, floor in SERVER_RATIOS:
+        if name in counts and floor in counts:
+            print(f"{name:28s} {counts[name] / counts[floor]:12.2f}x {floor}")
     return 0
 
 
@@ -207,6 +335,14 @@ FLOOR_RATIOS = (
 )
 """The targets of the request rows and the stream rows against their floors, in instructions (the timed rows,
 whose stream targets these are, are in ``inprocess``)."""
+
+SERVER_RATIOS = (
+    ("sidecar.buffered.httpcore", "floor.passthrough_buffered"),
+    ("sidecar.stream.httpcore", "floor.passthrough_stream"),
+    ("sidecar.buffered.aiohttp", "floor.passthrough_buffered"),
+    ("sidecar.stream.aiohttp", "floor.passthrough_stream"),
+)
+"""The server workloads against the same-stack pass-through (no target: the pass-through normalizes nothing)."""
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,10 +76,12 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def process(name: str, command: Sequence[str], port: int, *, start_seconds: float = 30.0) -> Iterator[int]:
-    """Run ``command`` (which listens on ``port``); yields its process id; terminates it on exit. What it printed
-    is quoted when it fails to start."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
+def process(
+    name: str, command: Sequence[str], port: int, *, start_seconds: float = 30.0, env: Mapping[str, str] | None = None
+) -> Iterator[int]:
+    """Run ``command`` (which listens on ``port``), with ``env`` added to its environment; yields its process id;
+    terminates it on exit. What it printed is quoted when it fails to start."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO), **(env or {})}
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(list(command), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:

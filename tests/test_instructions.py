@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from benchmarks import instructions, payloads
@@ -19,3 +21,18 @@ def test_a_recorded_stream_workload_and_its_floor_run(short: str) -> None:
     for name in (f"stream.{short}", f"stream.floor_{short}"):
         assert name in instructions.WORKLOADS
         instructions._workload(name)(1)  # raises if the stream or the floor cannot run
+
+
+def test_every_server_ratio_names_two_server_workloads() -> None:
+    for name, floor in instructions.SERVER_RATIOS:
+        assert name in instructions.SERVER_WORKLOADS and floor in instructions.SERVER_WORKLOADS
+
+
+@pytest.mark.parametrize("name", sorted(instructions.SERVER_WORKLOADS))
+def test_a_server_workload_serves_its_requests(name: str) -> None:
+    """Each server starts in front of the harness's upstream and answers the workload's requests (here without
+    callgrind, which only counts them)."""
+    body, marker = instructions._request(name)
+    assert marker == (b"data: [DONE]" if "stream" in name else b'"choices"')
+    with instructions._serving(name, None) as (_, url):
+        asyncio.run(instructions._send_requests(url, body, marker, 2))  # raises unless both answers hold the marker
