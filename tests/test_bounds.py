@@ -53,20 +53,27 @@ def scope(headers: list[tuple[bytes, bytes]], path: str = "/v1/chat/completions"
 async def drive(
     app: Any, headers: list[tuple[bytes, bytes]], body: bytes = b'{"model": "m"}'
 ) -> tuple[int, int, bytes]:
-    """One request through the ASGI ``app``: its status, how many times it called ``receive``, and its body."""
+    """One request through the ASGI ``app``: its status, how many times it called ``receive``, and its body.
+
+    As a server does (ASGI spec, "HTTP"), ``receive`` gives the body, then waits: ``http.disconnect`` comes once the
+    response is complete (the client stays until then)."""
     calls = 0
+    complete = anyio.Event()
 
     async def receive() -> dict[str, Any]:
         nonlocal calls
         calls += 1
         if calls == 1:
             return {"type": "http.request", "body": body, "more_body": False}
+        await complete.wait()
         return {"type": "http.disconnect"}
 
     sent: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            complete.set()
 
     async with app.router.lifespan_context(app):
         await app(scope(headers), receive, send)
