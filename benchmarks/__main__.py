@@ -14,6 +14,7 @@ from pathlib import Path
 from benchmarks import inprocess, load, loopback, memory, plots, report
 from benchmarks.config import Config, make_config
 from benchmarks.timing import Measurement
+from numi_mw.upstream import DEFAULT_UPSTREAM_TRANSPORT
 
 CASES = (
     "asgi",
@@ -48,9 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=None, metavar="N", help="interleaved rounds of every case")
     parser.add_argument(
         "--upstream-transport",
-        default="httpcore",
+        default=DEFAULT_UPSTREAM_TRANSPORT,
         metavar="NAME",
-        help="numi-mw serve --upstream-transport of every sidecar started: httpcore (default) or aiohttp",
+        help="numi-mw serve --upstream-transport of every sidecar started: aiohttp (default) or httpcore",
     )
     parser.add_argument(
         "--json-out",

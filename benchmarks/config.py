@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from benchmarks.payloads import KIB, MIB
-from numi_mw.upstream import UPSTREAM_TRANSPORTS
+from numi_mw.upstream import DEFAULT_UPSTREAM_TRANSPORT, UPSTREAM_TRANSPORTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class Config:
     think_streams: int = 50
     memory_streams: tuple[int, ...] = (1, 100, 1000)
     hold_seconds: float = 60.0
-    upstream_transport: str = "httpcore"
+    upstream_transport: str = DEFAULT_UPSTREAM_TRANSPORT
 
 
 DEFAULT = Config()
@@ -82,7 +82,7 @@ QUICK = Config(
 )
 
 
-def make_config(*, quick: bool, rounds: int | None, upstream_transport: str = "httpcore") -> Config:
+def make_config(*, quick: bool, rounds: int | None, upstream_transport: str = DEFAULT_UPSTREAM_TRANSPORT) -> Config:
     """The settings for a run; ``rounds`` overrides the round counts of every case; ``upstream_transport`` is the
     sidecar's (``numi_mw.upstream.UPSTREAM_TRANSPORTS``)."""
     config = QUICK if quick else DEFAULT

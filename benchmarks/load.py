@@ -38,6 +38,7 @@ from typing import Any
 from benchmarks import loopback, payloads
 from benchmarks.config import Config
 from benchmarks.timing import Direction, Measurement, Side, Spread
+from numi_mw.upstream import DEFAULT_UPSTREAM_TRANSPORT
 
 REPO = payloads.REPO
 PORTKEY_PORT = 8787
@@ -164,7 +165,7 @@ def portkey_script() -> str | None:
     return str(script) if script.exists() else None
 
 
-def numi_mw_serve(upstream: str, port: int, *extra: str, transport: str = "httpcore") -> list[str]:
+def numi_mw_serve(upstream: str, port: int, *extra: str, transport: str = DEFAULT_UPSTREAM_TRANSPORT) -> list[str]:
     return [
         *loopback.numi_mw_command(),
         "serve",
@@ -184,7 +185,11 @@ class Peers:
     """Starts the proxies in front of one upstream; the names of the ones that could not start, with why."""
 
     def __init__(
-        self, stack: contextlib.ExitStack, upstream: str, say: Callable[[str], None], transport: str = "httpcore"
+        self,
+        stack: contextlib.ExitStack,
+        upstream: str,
+        say: Callable[[str], None],
+        transport: str = DEFAULT_UPSTREAM_TRANSPORT,
     ) -> None:
         self.stack = stack
         self.transport = transport

@@ -38,7 +38,7 @@ from numi_mw.core.think import THINK_STARTS, ThinkTags
 from numi_mw.core.usage import usage_rules
 from numi_mw.proxy.ops import LOG_FORMATS, LOG_LEVELS, log_config
 from numi_mw.replay_store import DEFAULT_MAX_VALUE_BYTES, DEFAULT_TTL
-from numi_mw.upstream import UPSTREAM_TRANSPORTS
+from numi_mw.upstream import DEFAULT_UPSTREAM_TRANSPORT, UPSTREAM_TRANSPORTS
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -152,9 +152,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--upstream-transport",
         choices=UPSTREAM_TRANSPORTS,
-        default="httpcore",
-        help="what opens the upstream connections: httpcore, or aiohttp (less CPU per request under concurrency; "
-        "pip install 'numi_mw[aiohttp]'; docs/sidecar.md) (default httpcore)",
+        default=DEFAULT_UPSTREAM_TRANSPORT,
+        help="what opens the upstream connections: aiohttp (less CPU per request under concurrency), or httpcore "
+        f"(httpx's own; docs/sidecar.md) (default {DEFAULT_UPSTREAM_TRANSPORT})",
     )
     serve.add_argument(
         "--log-level",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from numi_mw.upstream import UPSTREAM_TRANSPORTS
+from numi_mw.upstream import DEFAULT_UPSTREAM_TRANSPORT, UPSTREAM_TRANSPORTS
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -23,7 +22,7 @@ def shared_dir() -> Path:
     return SHARED
 
 
-SIDECAR_TRANSPORT = ["httpcore"]
+SIDECAR_TRANSPORT = [DEFAULT_UPSTREAM_TRANSPORT]
 """The upstream transport ``e2e_support.sidecar`` starts ``numi-mw serve`` with: the ``upstream_transport``
 fixture's, else the default."""
 
@@ -33,13 +32,11 @@ def upstream_transport(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run a module's tests once per upstream transport: every sidecar ``e2e_support.sidecar`` starts meanwhile
     uses it (a module-scoped sidecar fixture takes this fixture, so that it is started once per transport)."""
     name: str = request.param
-    if name == "aiohttp" and importlib.util.find_spec("aiohttp") is None:
-        pytest.skip("aiohttp is not installed (pip install 'numi_mw[aiohttp]')")
     SIDECAR_TRANSPORT[0] = name
     try:
         yield name
     finally:
-        SIDECAR_TRANSPORT[0] = "httpcore"
+        SIDECAR_TRANSPORT[0] = DEFAULT_UPSTREAM_TRANSPORT
 
 
 def load_case(shared: Path, case_id: str) -> dict[str, Any]:

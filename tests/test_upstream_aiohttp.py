@@ -8,13 +8,10 @@ import importlib.metadata
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import aiohttp
 import anyio
 import httpx
 import pytest
-
-pytest.importorskip("aiohttp", reason="the aiohttp upstream transport needs aiohttp (pip install 'numi_mw[aiohttp]')")
-
-import aiohttp
 from aiohttp.http_exceptions import HttpProcessingError
 
 from numi_mw.cli import main
@@ -119,7 +116,7 @@ async def test_a_body_closed_before_its_end_closes_its_connection() -> None:
     ("name", "transport", "message"),
     [
         ("urllib3", None, "upstream_transport must be one of httpcore, aiohttp, not 'urllib3'"),
-        (None, None, "upstream_transport must be one of httpcore, aiohttp, not None"),
+        (1, None, "upstream_transport must be one of httpcore, aiohttp, not 1"),
         (
             "aiohttp",
             httpx.MockTransport(lambda request: httpx.Response(200)),
@@ -136,6 +133,26 @@ def test_the_option_is_checked_when_it_is_given(name: object, transport: object,
     assert str(raised.value) == message
 
 
+def test_aiohttp_is_the_default_and_a_given_transport_takes_its_place() -> None:
+    from starlette.testclient import TestClient
+
+    from numi_mw.upstream import DEFAULT_UPSTREAM_TRANSPORT, PooledTransport
+
+    assert DEFAULT_UPSTREAM_TRANSPORT == "aiohttp"
+    check_upstream_transport(None)
+    mock = httpx.MockTransport(lambda request: httpx.Response(200))
+    check_upstream_transport(None, mock)  # the given transport is used: no option to refuse
+    for kwargs, kind in (
+        ({}, AiohttpTransport),
+        ({"upstream_transport": "httpcore"}, PooledTransport),
+        ({"transport": mock}, httpx.MockTransport),
+    ):
+        app = create_app("http://127.0.0.1:9/v1", **kwargs)  # type: ignore[arg-type]
+        with TestClient(app):
+            client = app.state.sidecar.client
+            assert type(client._transport) is kind
+
+
 def test_aiohttp_missing_or_too_old_is_refused_with_the_install_command(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -145,13 +162,14 @@ def test_aiohttp_missing_or_too_old_is_refused_with_the_install_command(
     monkeypatch.setattr(importlib.metadata, "version", missing)
     assert main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--upstream-transport", "aiohttp"]) == 2
     assert capsys.readouterr().err == (
-        "numi-mw serve: upstream_transport 'aiohttp' needs the aiohttp package: pip install 'numi_mw[aiohttp]'\n"
+        "numi-mw serve: upstream_transport 'aiohttp' needs the aiohttp package, a dependency of numi_mw: "
+        "pip install 'aiohttp>=3.14'\n"
     )
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "3.13.3")
     with pytest.raises(ValueError) as raised:
         check_upstream_transport("aiohttp")
     assert str(raised.value) == (
-        "upstream_transport 'aiohttp' needs aiohttp 3.14 or newer, not 3.13.3: pip install 'numi_mw[aiohttp]'"
+        "upstream_transport 'aiohttp' needs aiohttp 3.14 or newer, not 3.13.3: pip install 'aiohttp>=3.14'"
     )
 
 

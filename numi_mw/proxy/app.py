@@ -73,6 +73,7 @@ from numi_mw.replay_store import (
 )
 from numi_mw.upstream import (
     DECODED,
+    DEFAULT_UPSTREAM_TRANSPORT,
     ClosedBeforeAnswer,
     answer_options,
     api_keys,
@@ -159,7 +160,7 @@ class _Sidecar:
         max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
         bounds: Bounds | None = None,
         replay: ReplayStore | None = None,
-        upstream_transport: str = "httpcore",
+        upstream_transport: str = DEFAULT_UPSTREAM_TRANSPORT,
     ) -> None:
         self.target = target
         self.upstream_transport = upstream_transport
@@ -598,7 +599,7 @@ def create_app(
     replay_ttl: float = DEFAULT_TTL,
     replay_max_bytes: int = DEFAULT_MAX_VALUE_BYTES,
     replay_key_env: str | None = None,
-    upstream_transport: str = "httpcore",
+    upstream_transport: str | None = None,
 ) -> Starlette:
     """Build the sidecar app: in front of one upstream, or routing through a model catalog.
 
@@ -624,10 +625,10 @@ def create_app(
             the client gets 502 ``upstream_unavailable``.
         timeout: upstream timeouts in seconds (a read timeout applies between chunks).
         transport: an ``httpx`` transport for the upstreams (tests); the default opens real connections.
-        upstream_transport: what opens those connections (``upstream.UPSTREAM_TRANSPORTS``): ``httpcore`` (the
-            default) or ``aiohttp`` (the ``numi_mw[aiohttp]`` extra: less CPU per request under concurrency; what
-            it sends and how failures read are the same, ``docs/sidecar.md``, "Upstream transport"). Each
-            lifespan (each worker) opens its own.
+        upstream_transport: what opens those connections (``upstream.UPSTREAM_TRANSPORTS``): ``aiohttp`` (the
+            default when no ``transport`` is given: less CPU per request under concurrency) or ``httpcore``
+            (httpx's own); what they send and how failures read are the same (``docs/sidecar.md``, "Upstream
+            transport"). Each lifespan (each worker) opens its own.
         think_tags: split ``<think>`` tags out of response content (``response.think_tags_for``).
         think_start: where a stream starts for the think splitter (``ThinkTags.start``); ``None``: the catalog
             model's ``think_start``, else ``content``.
@@ -720,7 +721,7 @@ def create_app(
         max_header_bytes=max_header_bytes,
         bounds=Bounds(max_event_bytes, max_response_bytes),
         replay=replay,
-        upstream_transport=upstream_transport,
+        upstream_transport=upstream_transport or DEFAULT_UPSTREAM_TRANSPORT,
     )
     app = Starlette(
         middleware=[Middleware(Operations, sidecar=sidecar, prefix=ops_prefix, metrics=metrics)],
