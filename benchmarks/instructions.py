@@ -86,12 +86,12 @@ WORKLOADS: dict[str, int] = {
 """Each workload with its ``N`` (iterations of the shorter run)."""
 
 SERVER_WORKLOADS: dict[str, int] = {
-    "sidecar.buffered.httpcore": 100,
-    "sidecar.stream.httpcore": 60,
-    "sidecar.buffered.aiohttp": 100,
-    "sidecar.stream.aiohttp": 60,
-    "floor.passthrough_buffered": 100,
-    "floor.passthrough_stream": 60,
+    "sidecar.buffered.httpcore": 300,
+    "sidecar.stream.httpcore": 100,
+    "sidecar.buffered.aiohttp": 300,
+    "sidecar.stream.aiohttp": 100,
+    "floor.passthrough_buffered": 300,
+    "floor.passthrough_stream": 100,
 }
 """The server workloads with their ``N`` (requests of the shorter batch)."""
 
