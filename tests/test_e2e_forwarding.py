@@ -841,3 +841,30 @@ def test_bytes_past_an_answer_do_not_reach_the_next_request(
     # httpcore takes the first answer whole; aiohttp refuses it (docs/sidecar.md, "Upstream transport")
     expected = b"HTTP/1.1 200 OK" if upstream_transport == "httpcore" else b"HTTP/1.1 502 Bad Gateway"
     assert first[0].split(b"\r\n")[0] == expected
+
+
+def upstream_error_count(base_url: str) -> float:
+    """The sidecar's ``numi_mw_upstream_errors_total``, summed over its labels."""
+    metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=WAIT).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("numi_mw_upstream_errors_total{")
+    )
+
+
+def test_a_client_that_leaves_mid_upload_ends_the_call_and_is_no_upstream_failure(
+    upstream: RawUpstream, base_url: str
+) -> None:
+    """The body streams upstream as it comes (aiohttp writes it from a task of its own): a client that leaves
+    before its body ends is the client's doing, not a failed write to the upstream, and the upstream's connection
+    is closed."""
+    upstream.reset(answer(OK_HEAD + b"content-length: 2\r\n\r\n{}"))
+    before = upstream_error_count(base_url)
+    url = httpx.URL(base_url)
+    with socket.create_connection((url.host, url.port or 80), timeout=WAIT) as sock:
+        sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\n\r\n4\r\nabcd\r\n")
+        assert not upstream.received.wait(0.5)  # the upstream is still reading the body while the client is there
+    assert upstream.received.wait(WAIT)  # the sidecar closed the upstream's connection: its read of the body ended
+    assert upstream.requests[-1].endswith(b"\r\n\r\n4\r\nabcd\r\n")
+    assert upstream_error_count(base_url) == before

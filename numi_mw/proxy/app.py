@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any, NamedTuple
 
 import anyio
+import anyio.abc
 import httpx
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -88,6 +90,8 @@ from numi_mw.upstream import (
     upstream_headers,
     whole_answer,
 )
+
+log = logging.getLogger("numi_mw.proxy")
 
 DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 """Upstream timeouts in seconds: 10 to connect, 600 for each read (reasoning can take minutes to start)."""
@@ -238,9 +242,23 @@ class _Sidecar:
         if listing is not None:
             await listing(scope, receive, send)
             return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # another event loop than asyncio's (trio): the watch runs in an anyio task group
+            async with anyio.create_task_group() as group:
+                await self._watched(request, scope, receive, send, group)
+                group.cancel_scope.cancel()
+            return
+        await self._watched(request, scope, receive, send, None)
+
+    async def _watched(
+        self, request: Request, scope: Scope, receive: Receive, send: Send, group: anyio.abc.TaskGroup | None
+    ) -> None:
+        """``__call__``'s call through the upstream, in one cancel scope that ``_ClientWatch`` cancels when the
+        client leaves (its task in ``group``, else an asyncio task of its own)."""
         upstream: list[httpx.Response] = []
         call = anyio.CancelScope()  # cancelled by the watch when the client leaves
-        watch = _ClientWatch(receive, call)
+        watch = _ClientWatch(receive, call, group)
         try:
             with call:
                 try:
@@ -452,26 +470,38 @@ class _Relayed:
 class _ClientWatch:
     """Watches the client's connection while its call runs (ASGI ``http.disconnect``, ASGI spec "HTTP" section).
 
-    Once the client's body has been read (``body_read``; until then the body's reader owns ``receive``), a task
-    reads ``receive`` until the client leaves and then cancels ``call``, the call's scope: wherever the call is
-    (sending, reading a buffered body, relaying a stream), it ends there. ``stop`` ends the watch when the call
-    is over.
+    Once the client's body has been read (``body_read``; until then the body's reader owns ``receive``, and
+    ``client_left`` is told when it finds the client gone), a task reads ``receive`` until the client leaves and
+    then cancels ``call``, the call's scope: wherever the call is (sending, reading a buffered body, relaying a
+    stream, an answer the upstream began before the body ended), it ends there. ``stop`` ends the watch when the
+    call is over.
 
-    The task is asyncio's own, and ended by cancelling it, rather than an anyio task group's: per request, anyio's
-    group and its cancellation cost about ten times as much (tens of microseconds, a task's ``repr`` formatted into
-    each cancel message), and the sidecar runs on asyncio only."""
+    On asyncio the task is asyncio's own, ended by cancelling it, rather than an anyio task group's: per request,
+    anyio's group and its cancellation cost about ten times as much (tens of microseconds, a task's ``repr``
+    formatted into each cancel message). Under another event loop (trio) it runs in ``group``."""
 
-    __slots__ = ("_call", "_receive", "_task")
+    __slots__ = ("_call", "_group", "_receive", "_started", "_task")
 
-    def __init__(self, receive: Receive, call: anyio.CancelScope) -> None:
+    def __init__(self, receive: Receive, call: anyio.CancelScope, group: anyio.abc.TaskGroup | None = None) -> None:
         self._receive = receive
         self._call = call
+        self._group = group
+        self._started = False
         self._task: asyncio.Task[None] | None = None
 
     def body_read(self) -> None:
         """The client's body has been read whole: watch ``receive`` from now on (once)."""
-        if self._task is None:
+        if self._started:
+            return
+        self._started = True
+        if self._group is not None:
+            self._group.start_soon(self._run)
+        else:
             self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def client_left(self) -> None:
+        """The body's reader found the client gone (``ClientDisconnect``): end the call."""
+        self._call.cancel()
 
     def stop(self) -> None:
         """End the watch (the call is over)."""
@@ -482,8 +512,8 @@ class _ClientWatch:
         try:
             while (await self._receive())["type"] != "http.disconnect":
                 pass  # the empty ``http.request`` of a request without a body
-        except Exception:  # ``receive`` failed: nobody reads the answer either
-            pass
+        except Exception as exc:  # ``receive`` failed: nobody reads the answer either
+            log.warning("the server's receive failed while the call ran: %s", type(exc).__name__)
         self._call.cancel()  # not reached when ``stop`` cancelled the task
 
 
@@ -515,9 +545,17 @@ async def _client_body(request: Request, watch: _ClientWatch) -> bytes | AsyncIt
 
 
 async def _rest_of_body(first: bytes, chunks: AsyncIterator[bytes], watch: _ClientWatch) -> AsyncIterator[bytes]:
+    """The client's body as httpx sends it upstream. A client that leaves meanwhile ends the whole call
+    (``watch.client_left``): the body may be read in a task of the upstream transport's own (aiohttp writes it so),
+    where its ``ClientDisconnect`` would read as a failed write to the upstream, and an answer the upstream began
+    before the body ended would go on for nobody."""
     yield first
-    async for chunk in chunks:
-        yield chunk
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except ClientDisconnect:
+        watch.client_left()
+        raise
     watch.body_read()
 
 
