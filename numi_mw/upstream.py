@@ -139,16 +139,18 @@ def _idle_expired(connection: httpcore.AsyncConnectionInterface) -> bool:
     socket is polled and the socket looked up once per connection (``_SOCKETS``). A connection of another shape (not
     HTTP/1.1 over httpcore's anyio stream) is asked itself."""
     inner: Any = getattr(connection, "_connection", None)
-    stream = getattr(inner, "_network_stream", None)
-    if not isinstance(stream, httpcore.AsyncNetworkStream) or not hasattr(inner, "_expire_at"):
+    if not isinstance(inner, httpcore.AsyncHTTP11Connection):
         return connection.has_expired()
     expire_at = inner._expire_at
     if expire_at is not None and time.monotonic() > expire_at:
         return True
+    stream = inner._network_stream
     try:
         sock = _SOCKETS[stream]
     except KeyError:
         sock = _SOCKETS[stream] = stream.get_extra_info("socket")
+    if sock is None:  # a stream without a socket (a mock backend's): it decides for itself
+        return connection.has_expired()
     return is_socket_readable(sock)
 
 
@@ -354,18 +356,31 @@ def upstream_failure(exc: httpx.RequestError, stage: Stage) -> ApiError:
     return upstream_unavailable(undecodable if isinstance(exc, httpx.DecodingError) else other)
 
 
-@functools.lru_cache(maxsize=1024)
 def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
     """The upstream URL for a request path, as sent (still percent-encoded): a leading ``/v1`` stands for the base
     URL's path, and the rest is appended to it byte for byte; the base URL's own query comes first, the request's
-    after it. The last 1,024 URLs built are kept (an ``httpx.URL`` is immutable): a sidecar's requests mostly go to
-    one path, and building the URL is most of the cost of this step.
+    after it. The last ``URL_CACHE`` URLs built for a path and query of up to ``URL_CACHE_BYTES`` bytes are kept (an
+    ``httpx.URL`` is immutable): a sidecar's requests mostly go to a few paths, and building the URL is most of the
+    cost of this step; longer ones, which a client can make unique at will, are built each time.
 
     Raises:
         ApiError: 400 ``invalid_request`` for a path that is not UTF-8 once percent-decoded
             (``readable_path``), or has a dot segment in any form ``has_dot_segment`` finds, either of which could
             climb out of the base URL's path.
     """
+    if len(raw_path) + len(query) <= URL_CACHE_BYTES:
+        return _kept_url(base_url, raw_path, query)
+    return _built_url(base_url, raw_path, query)
+
+
+URL_CACHE = 1024
+"""How many upstream URLs ``target_url`` keeps."""
+URL_CACHE_BYTES = 512
+"""The longest path plus query, in bytes, whose upstream URL ``target_url`` keeps: at most ``URL_CACHE`` of them,
+so the cache holds well under a MiB whatever clients send."""
+
+
+def _built_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
     text = readable_path(raw_path)
     if text is None:
         raise unreadable_path()
@@ -376,6 +391,9 @@ def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
     base, path, base_query = _base_url(base_url)
     merged = b"&".join(part for part in (base_query, query) if part)
     return base.copy_with(raw_path=path + raw_path + (b"?" + merged if merged else b""))
+
+
+_kept_url = functools.lru_cache(maxsize=URL_CACHE)(_built_url)
 
 
 @functools.lru_cache(maxsize=256)

@@ -8,8 +8,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
+import httpcore
 import httpx
 
 from numi_mw.upstream import PooledTransport, UpstreamPool
@@ -155,3 +157,22 @@ async def test_a_connection_idle_past_its_keepalive_expiry_is_closed_and_not_use
         assert server.accepted == 2
         assert first.is_closed()
         assert pool_of(client).connections != [first]
+
+
+async def test_a_connection_without_a_socket_decides_its_expiry_itself_as_in_httpcore_pool() -> None:
+    """On httpcore's mock network backend a stream has no socket: the pool asks the connection, as httpcore's own
+    pool does, and two requests in turn take one connection (a socket of ``None`` would read as closed)."""
+    opened: list[int] = []
+
+    class Counting(httpcore.AsyncMockBackend):
+        async def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+            opened.append(1)
+            return await super().connect_tcp(*args, **kwargs)
+
+    answer = [b"HTTP/1.1 200 OK\r\n", b"Content-Length: 2\r\n\r\n", b"ok"]
+    for pool_class in (httpcore.AsyncConnectionPool, UpstreamPool):
+        opened.clear()
+        async with pool_class(network_backend=Counting(answer * 2)) as pool:
+            for _ in range(2):
+                assert (await pool.request("GET", "http://example.test/")).content == b"ok"
+        assert (pool_class.__name__, len(opened)) == (pool_class.__name__, 1)
