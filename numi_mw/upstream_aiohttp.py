@@ -1,12 +1,12 @@
-"""The sidecar's optional upstream transport on aiohttp (``numi-mw serve --upstream-transport aiohttp``).
+"""The sidecar's default upstream transport, on aiohttp (``numi-mw serve --upstream-transport aiohttp``).
 
 httpx stays the client the sidecar speaks to (its requests, responses and errors); only the connections and the
 HTTP/1.1 parsing move to aiohttp's connector and its C parser, which take less CPU per request than httpcore and
-h11 under concurrency (``docs/performance.md``). What reaches the upstream is what the default transport sends:
+h11 (``docs/performance.md``). What reaches the upstream is what httpx's own transport (``httpcore``) sends:
 the request's own headers and no others (aiohttp would add ``User-Agent``, ``Accept``, ``Accept-Encoding`` and
 ``Content-Type``), its path and query byte for byte (aiohttp would re-quote them), its body as it comes, and
 failures reach the sidecar as the httpx errors httpcore raises for them, so that they read the same to a client
-(``docs/errors.md``). Import it only with aiohttp installed (``pip install 'numi_mw[aiohttp]'``).
+(``docs/errors.md``). aiohttp 3.14 or newer is a dependency of numi_mw (``upstream.AIOHTTP_MINIMUM``).
 """
 
 from __future__ import annotations
