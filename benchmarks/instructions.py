@@ -204,25 +204,11 @@ def _count(name: str, n: int) -> int:
 
 
 def _server_command(name: str, upstream: str, port: int) -> list[str]:
-    from benchmarks import loopback
+    from benchmarks.load import numi_mw_serve
 
     if name.startswith("floor.passthrough"):
         return [sys.executable, "-m", "benchmarks.passthrough", "--upstream", upstream, "--port", str(port)]
-    transport = name.rsplit(".", 1)[1]
-    return [
-        *loopback.numi_mw_command(),
-        "serve",
-        "--upstream",
-        upstream,
-        "--provider",
-        "openrouter",
-        "--upstream-transport",
-        transport,
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
+    return numi_mw_serve(upstream, port, "--provider", "openrouter", transport=name.rsplit(".", 1)[1])
 
 
 async def _send_requests(url: str, body: bytes, marker: bytes, count: int) -> None:
