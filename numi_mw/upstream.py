@@ -21,7 +21,7 @@ import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import unquote_to_bytes
 
 import h11
@@ -138,7 +138,7 @@ def _idle_expired(connection: httpcore.AsyncConnectionInterface) -> bool:
     else its socket readable: closed by the server, or bytes past its last answer), with the clock read before the
     socket is polled and the socket looked up once per connection (``_SOCKETS``). A connection of another shape (not
     HTTP/1.1 over httpcore's anyio stream) is asked itself."""
-    inner: Any = getattr(connection, "_connection", None)
+    inner = getattr(connection, "_connection", None)
     if not isinstance(inner, httpcore.AsyncHTTP11Connection):
         return connection.has_expired()
     expire_at = inner._expire_at
@@ -219,8 +219,9 @@ AIOHTTP_MINIMUM = (3, 14)
 """The oldest aiohttp release the ``aiohttp`` upstream transport runs on (major, minor)."""
 
 
-def check_upstream_transport(name: object, transport: object = None) -> None:
-    """Check the sidecar's ``upstream_transport`` option when it is given.
+def check_upstream_transport(name: object, transport: object = None) -> str:
+    """Check the sidecar's ``upstream_transport`` option when it is given, and return the transport it names
+    (``DEFAULT_UPSTREAM_TRANSPORT`` for ``None``), which opens the connections unless ``transport`` is given.
 
     Args:
         name: one of ``UPSTREAM_TRANSPORTS``, or ``None`` for the default (``DEFAULT_UPSTREAM_TRANSPORT``).
@@ -232,13 +233,13 @@ def check_upstream_transport(name: object, transport: object = None) -> None:
             installed, or older than ``AIOHTTP_MINIMUM``.
     """
     if name is None:
-        if transport is not None:
-            return
+        if transport is not None:  # the given transport takes the default's place: nothing to check
+            return DEFAULT_UPSTREAM_TRANSPORT
         name = DEFAULT_UPSTREAM_TRANSPORT
     if not isinstance(name, str) or name not in UPSTREAM_TRANSPORTS:
         raise ValueError(f"upstream_transport must be one of {', '.join(UPSTREAM_TRANSPORTS)}, not {name!r}")
     if name != "aiohttp":
-        return
+        return name
     if transport is not None:
         raise ValueError("give either a transport or upstream_transport='aiohttp', not both")
     try:
@@ -254,6 +255,7 @@ def check_upstream_transport(name: object, transport: object = None) -> None:
         raise ValueError(
             f"upstream_transport 'aiohttp' needs aiohttp {minimum} or newer, not {version}: pip install 'aiohttp>=3.14'"
         )
+    return name
 
 
 def open_transport(name: str, limits: httpx.Limits) -> httpx.AsyncBaseTransport:

@@ -37,6 +37,7 @@ from numi_mw.asgi import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_HEADER_COUNT,
     HOP_BY_HOP,
+    Headers,
     adjustments_header,
     check_headers,
     check_limits,
@@ -226,8 +227,8 @@ class _Sidecar:
         the call at once, wherever it is (sending, reading a buffered body, relaying a stream), and the upstream
         connection is closed: the upstream stops working (and billing) for nobody. The upstream response is
         closed on every path, shielded from that cancellation. A WebSocket handshake is refused (closed with
-        1000), as Starlette's router refuses one it has no route for. The sidecar runs on asyncio (uvicorn's
-        event loop): the watch is an asyncio task.
+        1000), as Starlette's router refuses one it has no route for. On asyncio (uvicorn's event loop) the watch
+        is an asyncio task of its own; under another event loop (trio) it runs in an anyio task group.
         """
         if scope["type"] != "http":
             await WebSocketClose()(scope, receive, send)
@@ -452,7 +453,7 @@ class _Relayed:
 
     __slots__ = ("chunks", "headers", "status")
 
-    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], chunks: AsyncIterator[bytes]) -> None:
+    def __init__(self, status: int, headers: Headers, chunks: AsyncIterator[bytes]) -> None:
         self.status = status
         self.headers = headers
         self.chunks = chunks
@@ -732,7 +733,7 @@ def create_app(
         raise ValueError(f"timeout's values must be positive numbers of seconds or None, not {timeout!r}")
     if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
         raise ValueError(f"transport must be an httpx.AsyncBaseTransport, not {transport!r}")
-    check_upstream_transport(upstream_transport, transport)
+    opened = check_upstream_transport(upstream_transport, transport)
     if upstream is not None:
         check_upstream(upstream)
     check_ops_prefix(ops_prefix)
@@ -759,7 +760,7 @@ def create_app(
         max_header_bytes=max_header_bytes,
         bounds=Bounds(max_event_bytes, max_response_bytes),
         replay=replay,
-        upstream_transport=upstream_transport or DEFAULT_UPSTREAM_TRANSPORT,
+        upstream_transport=opened,
     )
     app = Starlette(
         middleware=[Middleware(Operations, sidecar=sidecar, prefix=ops_prefix, metrics=metrics)],
