@@ -242,7 +242,7 @@ def _request(name: str) -> tuple[bytes, bytes]:
     """The body a server workload sends, and the bytes each answer must hold."""
     from benchmarks import payloads
 
-    stream = name.endswith(("stream.httpcore", "stream.aiohttp", "_stream"))
+    stream = "stream" in name
     return payloads.request_2kb(stream=stream), b"data: [DONE]" if stream else b'"choices"'
 
 
