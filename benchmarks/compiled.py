@@ -46,25 +46,23 @@ PACKAGE = REPO / "numi_mw"
 LEFT_OUT = (
     "numi_mw/core/accumulate.py",
     "numi_mw/core/catalog.py",
-    "numi_mw/core/chunks.py",
     "numi_mw/core/controls.py",
-    "numi_mw/core/details.py",
     "numi_mw/core/replay.py",
     "numi_mw/core/request.py",
-    "numi_mw/core/response.py",
-    "numi_mw/core/sse.py",
+    "numi_mw/core/structs.py",
     "numi_mw/core/think.py",
     "numi_mw/core/usage.py",
 )
 """Core modules the compiled build leaves as Python, each for what mypyc does to it (mypyc 2.x):
 
-- a module that defines a ``msgspec.Struct`` (catalog, chunks, controls, replay, request, response, sse, usage):
-  mypyc gives the class erased annotations (``list`` for ``list[_MessageProbe]``, ``type`` for ``Any``) and drops
-  the keywords of its ``class`` line (``frozen``, ``gc``, ``kw_only``, ``forbid_unknown_fields``), so msgspec
-  decodes into other types than the rules read;
+- a module that defines a ``msgspec.Struct`` (catalog, controls, replay, request, structs, usage): mypyc gives
+  the class erased annotations (``list`` for ``list[_MessageProbe]``, ``type`` for ``Any``) and drops the
+  keywords of its ``class`` line (``frozen``, ``gc``, ``kw_only``, ``forbid_unknown_fields``), so msgspec would
+  decode into other types than the rules read (``structs`` holds the Structs of the per-event modules,
+  ``response``, ``sse`` and ``chunks``, so that those compile);
 - a module whose public constructors check their arguments' types and raise ``ValueError`` with a message
-  (accumulate's ``Accumulator``, details' limits, think's ``ThinkTags``): a compiled function raises mypyc's own
-  ``TypeError`` first.
+  (accumulate's ``Accumulator``, think's ``ThinkTags``): a compiled function raises mypyc's own ``TypeError``
+  first.
 """
 
 

@@ -10,9 +10,19 @@ from typing import Any
 from openai.lib.streaming._deltas import accumulate_delta
 
 from benchmarks.payloads import split_events
+from numi_mw.core import chunks as chunks_module
+from numi_mw.core.chunks import ChunkNormalizer
 from numi_mw.core.response import JSONRewriter, ResponseOptions, SSERewriter
 from numi_mw.core.sse import SSEDecoder
 from numi_mw.core.think import ThinkTags
+
+
+def general_path_only(*, exclude: bool = False, think: ThinkTags | None = None) -> ChunkNormalizer:
+    """A ``ChunkNormalizer`` with its fast paths switched off, to check them against: every chunk takes the general
+    path. Set through its attribute rather than a subclass, since the compiled core's classes take none."""
+    normalizer = ChunkNormalizer(exclude=exclude, think=think)
+    normalizer._fast_path = chunks_module._FAST_NONE
+    return normalizer
 
 
 def rewrite(body: bytes, *, exclude: bool = False, think: ThinkTags | None = None, cuts: tuple[int, ...] = ()) -> bytes:

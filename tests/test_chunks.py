@@ -11,11 +11,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from numi_mw.core import chunks as chunks_module
 from numi_mw.core.chunks import ChunkNormalizer
 from numi_mw.core.details import rebuild_reasoning_details, visible_text
 from numi_mw.core.think import ThinkStart, ThinkTags
-from tests.response_support import client_view, rewrite, sse_chunks
+from tests.response_support import client_view, general_path_only, rewrite, sse_chunks
 
 ENVELOPE = '"id":"6f1c2b8e-3d4a-4f5b-9c7d-2e8a1b0c9d3f","object":"chat.completion.chunk","created":1790000000,"model":"openai/gpt-6-luna"'
 
@@ -363,15 +362,6 @@ def test_undecodable_or_deeply_nested_events_pass_through() -> None:
     assert rewrite(deep + broken) == deep + broken
 
 
-class GeneralPathOnly(ChunkNormalizer):
-    """The normalizer with its fast path switched off, to check the fast path against."""
-
-    __slots__ = ()
-
-    def _fast(self, data: dict[str, Any], choice: Any) -> list[dict[str, Any]] | None:
-        return chunks_module._SLOW
-
-
 _TEXTS = st.sampled_from(["", "a", "b c"])
 _FRAGMENT = st.fixed_dictionaries(
     {"type": st.sampled_from(["reasoning.text", "reasoning.text", "reasoning.summary", "reasoning.encrypted"])},
@@ -407,7 +397,7 @@ _CHOICE = st.fixed_dictionaries(
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_CHOICE, min_size=1, max_size=8))
 def test_fast_path_gives_what_the_general_path_gives(choices: list[dict[str, Any]]) -> None:
-    fast, general = ChunkNormalizer(), GeneralPathOnly()
+    fast, general = ChunkNormalizer(), general_path_only()
     for choice in choices:
         body = {"id": "x", "choices": [choice]}
         # compared as bytes, so that the key order (what the client receives) counts too

@@ -22,29 +22,16 @@ import msgspec
 import pytest
 
 from benchmarks.payloads import spec_stream_events, split_events
-from numi_mw.core import chunks as chunks_module
 from numi_mw.core import codec
 from numi_mw.core.adapters import WIRE_APIS, Answer
-from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
+from numi_mw.core.chunks import UNCHANGED
 from numi_mw.core.response import NativeSSERewriter, ResponseOptions, SSERewriter
 from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
 from numi_mw.core.think import ThinkTags
 from tests.conftest import SHARED
-from tests.response_support import frame_jsonl
+from tests.response_support import frame_jsonl, general_path_only
 
 FIXTURES = SHARED / "fixtures"
-
-
-class GeneralPathOnly(ChunkNormalizer):
-    """The normalizer with its fast paths switched off."""
-
-    __slots__ = ()
-
-    def _fast(self, data: dict[str, Any], choice: Any) -> Any:
-        return chunks_module._SLOW
-
-    def _fast_think(self, data: dict[str, Any], choice: Any) -> Any:
-        return chunks_module._SLOW
 
 
 class ReferenceRewriter:
@@ -54,7 +41,7 @@ class ReferenceRewriter:
 
     def __init__(self, options: ResponseOptions) -> None:
         self.decoder = SSEDecoder()
-        self.normalizer = GeneralPathOnly(exclude=options.exclude, think=options.think)
+        self.normalizer = general_path_only(exclude=options.exclude, think=options.think)
         self.done = False
 
     def feed(self, chunk: bytes) -> bytes:
@@ -182,7 +169,7 @@ def test_a_translated_stream_gives_the_general_paths_bytes_however_it_is_cut(wir
     def rewriter(general: bool) -> NativeSSERewriter:
         made = NativeSSERewriter(options, WIRE_APIS[wire])
         if general:
-            made._normalizer = GeneralPathOnly()
+            made._normalizer = general_path_only()
         return made
 
     expected = _run(rewriter(True), [body])

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from numi_mw.catalog_files import default_catalog
-from numi_mw.core import chunks as chunks_module
 from numi_mw.core.catalog import CatalogError, load_catalog
 from numi_mw.core.chunks import ChunkNormalizer
 from numi_mw.core.details import rebuild_reasoning_details
@@ -25,7 +24,7 @@ from numi_mw.core.request import prepare_request
 from numi_mw.core.response import think_tags_for
 from numi_mw.core.think import ThinkTags
 from numi_mw.proxy.app import create_app
-from tests.response_support import client_view, rewrite, rewrite_json, sse_chunks
+from tests.response_support import client_view, general_path_only, rewrite, rewrite_json, sse_chunks
 
 
 def data(body: dict[str, Any]) -> bytes:
@@ -416,15 +415,6 @@ def test_the_sidecar_takes_the_catalog_models_think_start(
 # --- the think fast path gives what the general path gives ------------------------------------------------------
 
 
-class ThinkGeneralPathOnly(ChunkNormalizer):
-    """The normalizer with its think fast path switched off."""
-
-    __slots__ = ()
-
-    def _fast_think(self, data: dict[str, Any], choice: Any) -> Any:
-        return chunks_module._SLOW
-
-
 _CONTENT = st.sampled_from(
     [
         "",
@@ -472,7 +462,7 @@ def test_the_think_fast_path_gives_what_the_general_path_gives(
     choices: list[dict[str, Any]], start: str, exclude: bool
 ) -> None:
     think = ThinkTags(start=start)  # type: ignore[arg-type]
-    fast, general = ChunkNormalizer(exclude=exclude, think=think), ThinkGeneralPathOnly(exclude=exclude, think=think)
+    fast, general = ChunkNormalizer(exclude=exclude, think=think), general_path_only(exclude=exclude, think=think)
     for choice in choices:
         body = {"id": "x", "choices": [choice], "usage": None}
         # compared as bytes, so that the key order (what the client receives) counts too

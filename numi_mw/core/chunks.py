@@ -53,6 +53,7 @@ import msgspec
 
 from numi_mw.core.details import FILLED_KEYS, DetailsRebuilder, visible_text
 from numi_mw.core.fields import REASONING_FIELDS, plain_reasoning, splice
+from numi_mw.core.structs import ChunkProbe
 from numi_mw.core.think import Piece, ThinkSplitter, ThinkTags
 
 UNCHANGED: Final = None
@@ -179,17 +180,7 @@ def _shows_output(delta: dict[str, Any]) -> bool:
     return False
 
 
-class _ChoiceProbe(msgspec.Struct, gc=False):
-    index: Any = 0
-    delta: Any = None
-    finish_reason: Any = None
-
-
-class _ChunkProbe(msgspec.Struct, gc=False):
-    choices: list[_ChoiceProbe]
-
-
-_probe = msgspec.json.Decoder(_ChunkProbe).decode
+_probe = msgspec.json.Decoder(ChunkProbe).decode
 """Decodes a chunk's choices (index, delta, finish reason) and skips its envelope (``ChunkNormalizer.close_before``)."""
 
 
@@ -237,6 +228,15 @@ class _ChoiceStates(dict[Any, _Choice]):
         return state
 
 
+_FAST_NONE: Final = 0
+"""``ChunkNormalizer``'s fast path for the commonest chunks (its ``_fast_path``): none, every chunk takes the
+general path (with ``exclude`` and no think splitting; tests set it to check a fast path against the general one)."""
+_FAST_PLAIN: Final = 1
+"""The fast path of a stream with neither ``exclude`` nor think splitting (``ChunkNormalizer._fast``)."""
+_FAST_THINK: Final = 2
+"""The fast path of a stream with think splitting (``ChunkNormalizer._fast_think``)."""
+
+
 class ChunkNormalizer:
     """Normalize the chunks of one chat completions stream (spec 004 "Streaming").
 
@@ -245,13 +245,13 @@ class ChunkNormalizer:
         think: split reasoning tags out of ``delta.content`` with these settings; ``None`` leaves content as is.
     """
 
-    __slots__ = ("_choices", "_envelope", "_plain", "exclude", "open_reasoning", "think")
+    __slots__ = ("_choices", "_envelope", "_fast_path", "exclude", "open_reasoning", "think")
 
     def __init__(self, *, exclude: bool = False, think: ThinkTags | None = None) -> None:
         self.exclude = exclude
         self.think = think
         self.open_reasoning = False  # a choice's reasoning went out and is not closed yet (``_closing``)
-        self._plain = think is None and not exclude  # the fast path applies
+        self._fast_path = _FAST_THINK if think is not None else _FAST_NONE if exclude else _FAST_PLAIN
         self._choices = _ChoiceStates(think)
         self._envelope: dict[str, Any] | None = None
 
@@ -281,12 +281,13 @@ class ChunkNormalizer:
                 index = choice.get("index", 0)
                 states = self._choices
                 if type(delta) is dict and type(index) is int and (index in states or len(states) < MAX_CHOICES):
-                    if self._plain:
+                    fast_path = self._fast_path
+                    if fast_path == _FAST_PLAIN:
                         if choice.get("finish_reason") is None:
                             fast = self._fast(data, choice)
                             if fast is not _SLOW:
                                 return fast
-                    elif self.think is not None:
+                    elif fast_path == _FAST_THINK:
                         fast = self._fast_think(data, choice)
                         if fast is not _SLOW:
                             return fast

@@ -271,7 +271,7 @@ FILLED_KEYS = ("signature", "id", "format", "index")
 """The fields rules 2 and 3 of spec 004 "From a stream" fill in, where the target detail lacks them."""
 
 
-def rebuild_reasoning_details(fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rebuild_reasoning_details(fragments: object) -> list[dict[str, Any]]:
     """Merge streamed ``delta.reasoning_details`` fragments into complete details (spec 004 "From a stream").
 
     The spec's algorithm, rule for rule, over the fragments in arrival order:
@@ -291,7 +291,8 @@ def rebuild_reasoning_details(fragments: list[dict[str, Any]]) -> list[dict[str,
     own detail, unchanged.
 
     Args:
-        fragments: the ``delta.reasoning_details`` entries of a stream, in order (dicts as decoded from JSON).
+        fragments: the ``delta.reasoning_details`` entries of a stream, in order (a list of dicts as decoded from
+            JSON; anything else is refused, below).
 
     Returns:
         A new list of new dicts (shallow copies); the fragments are not modified.

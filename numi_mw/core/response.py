@@ -26,60 +26,16 @@ from numi_mw.core.adapters import WIRE_APIS, Answer, Translation, WireAdapter
 from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
 from numi_mw.core.completion import normalize_completion
 from numi_mw.core.errors import CUT_SHORT, ApiError, event_too_large, response_too_large, upstream_unavailable
-from numi_mw.core.providers import ProviderRules, WireApi
+from numi_mw.core.providers import ProviderRules
 from numi_mw.core.sse import EventTooLarge, SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
+from numi_mw.core.structs import DEFAULT_BOUNDS as DEFAULT_BOUNDS
+from numi_mw.core.structs import DEFAULT_MAX_EVENT_BYTES as DEFAULT_MAX_EVENT_BYTES
+from numi_mw.core.structs import DEFAULT_MAX_RESPONSE_BYTES as DEFAULT_MAX_RESPONSE_BYTES
+from numi_mw.core.structs import Bounds as Bounds
+from numi_mw.core.structs import ChunkHead
+from numi_mw.core.structs import ResponseOptions as ResponseOptions
 from numi_mw.core.think import THINK_STARTS, ThinkStart, ThinkTags
 from numi_mw.core.usage import UsageRules, account_completion
-
-DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
-"""The most bytes of one upstream SSE event a stream rewriter holds (``--max-event-bytes``, ``max_event_bytes``):
-16 MiB, far above any chat chunk (a chunk is one token or one tool-call fragment; a whole image in base64 is a few
-MiB), and the bound on what one stream holds (``docs/security.md``)."""
-
-DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-"""The most bytes of one buffered upstream answer, decoded, a body rewriter holds (``--max-response-bytes``,
-``max_response_bytes``): 64 MiB, as the request body limit (``request.DEFAULT_MAX_BODY_BYTES``), since a long answer
-comes back as the next request's history (``docs/security.md``)."""
-
-
-class Bounds(msgspec.Struct, frozen=True, gc=False):
-    """What one rewriter may hold (``docs/security.md``, "Bounds"). Past either, ``feed`` raises ``ApiError``
-    (502 ``upstream_unavailable``, naming the limit and its flag) after the rewriter let go of what it held; the
-    shell then ends a stream with ``fail(error)`` and answers a buffered body with the error.
-
-    Attributes:
-        max_event_bytes: the most bytes of one SSE event (positive ``int``).
-        max_response_bytes: the most bytes of one buffered answer, counted decoded (positive ``int``).
-    """
-
-    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
-    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
-
-
-DEFAULT_BOUNDS = Bounds()
-
-
-class ResponseOptions(msgspec.Struct, frozen=True, gc=False):
-    """What the response side does for one request.
-
-    Attributes:
-        exclude: keep reasoning out of the response (spec 004: "With exclude: true, both fields are omitted").
-        think: split reasoning tags out of ``content`` with these settings, or ``None``.
-        wire_api: the wire API the answer comes in; any but ``openai-chat`` is translated back by its adapter
-            (``core.adapters``).
-        answer: what that translation needs of the request (``adapters.Answer``; the shell sets its
-            ``created`` time); ``None`` on chat completions routes.
-        bounds: what the rewriter may hold (``Bounds``).
-        usage: the usage accounting of the route (``usage.usage_rules``: reasoning inside ``completion_tokens``,
-            ``cost`` from the endpoint's prices), or ``None`` to pass usage as it came.
-    """
-
-    exclude: bool = False
-    think: ThinkTags | None = None
-    wire_api: WireApi = "openai-chat"
-    answer: Answer | None = None
-    bounds: Bounds = DEFAULT_BOUNDS
-    usage: UsageRules | None = None
 
 
 def think_tags_for(
@@ -215,15 +171,7 @@ _decode = codec.decoder.decode
 _encode = codec.encoder.encode
 
 
-class _Head(msgspec.Struct, gc=False):
-    """A view of the fields of a stream's chunk that its error chunk repeats (``ApiError.stream_chunk``)."""
-
-    id: Any = None
-    created: Any = None
-    model: Any = None
-
-
-_read_head = msgspec.json.Decoder(_Head).decode
+_read_head = msgspec.json.Decoder(ChunkHead).decode
 
 
 def _head_of(data: bytes) -> dict[str, Any]:
@@ -435,7 +383,7 @@ class SSERewriter:
         return _frame(raw, one_line, event, id, encoded)
 
 
-class JSONRewriter(msgspec.Struct, gc=False):
+class JSONRewriter:
     """Rewrite one buffered chat completion body (spec 004 "Response fields"); one instance per response.
 
     Args:
@@ -443,23 +391,25 @@ class JSONRewriter(msgspec.Struct, gc=False):
 
     ``feed`` collects the body and returns ``b""``; ``finish`` returns the whole body to send (the very bytes
     object received when it came in one piece and nothing changed; ``changed`` then says which), after which
-    a shell sets ``content-length``. ``fail`` returns ``b""``: a body that broke off is never sent. A Struct
-    rather than a class: one is made per buffered response, and a Struct is built in C.
+    a shell sets ``content-length``. ``fail`` returns ``b""``: a body that broke off is never sent.
 
     Attributes:
         changed: whether ``finish`` returned a body that differs from the upstream's.
     """
 
-    options: ResponseOptions
-    _body: bytes = b""
-    _parts: list[bytes] | None = None  # from the second piece on
-    _size: int = 0
-    changed: bool = False
+    __slots__ = ("_body", "_parts", "_size", "changed", "options")
 
     status: ClassVar[None] = None
     """A chat completion body keeps the upstream's status."""
     content_type: ClassVar[None] = None
     """A chat completion body keeps the upstream's ``content-type``."""
+
+    def __init__(self, options: ResponseOptions) -> None:
+        self.options = options
+        self._body = b""
+        self._parts: list[bytes] | None = None  # from the second piece on
+        self._size = 0
+        self.changed = False
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the next bytes of the upstream body (decoded); nothing is sent before the end.

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 
-import msgspec
+from numi_mw.core.structs import SSEEvent
 
 __all__ = ["EventTooLarge", "SSEDecoder", "SSEEvent", "encode_event", "replace_data", "terminate_event"]
 
@@ -35,33 +35,6 @@ _BOM = b"\xef\xbb\xbf"
 _LF = 0x0A
 _CR = 0x0D
 _SPACE = 0x20
-
-
-class SSEEvent(msgspec.Struct, gc=False):
-    """One SSE event as it arrived.
-
-    Attributes:
-        raw: the exact original bytes of the event, its field and comment lines and its terminating blank line
-            with their original line ends. Re-emit it unchanged to pass the event through byte for byte.
-        data: the values of the event's ``data`` lines joined with ``b"\\n"`` (the one optional space after the
-            colon removed); ``None`` when the event has no ``data`` field at all (``b""`` for ``data:``).
-        event: the value of the last ``event`` field (UTF-8, invalid bytes replaced), or ``None``.
-        id: the value of the last ``id`` field of this event (UTF-8, invalid bytes replaced), or ``None``.
-            Like WHATWG, an ``id`` value containing NUL is ignored.
-        is_comment_only: ``True`` when the event consists of ``:`` comment lines only, such as the keep-alive
-            ``: OPENROUTER PROCESSING`` followed by a blank line.
-    """
-
-    raw: bytes
-    data: bytes | None = None
-    event: str | None = None
-    id: str | None = None
-    is_comment_only: bool = False
-
-    @property
-    def is_done(self) -> bool:
-        """``True`` for the OpenAI-style end-of-stream sentinel ``data: [DONE]``."""
-        return self.data == b"[DONE]"
 
 
 class EventTooLarge(ValueError):
