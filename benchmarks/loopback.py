@@ -80,8 +80,10 @@ def process(
     name: str, command: Sequence[str], port: int, *, start_seconds: float = 30.0, env: Mapping[str, str] | None = None
 ) -> Iterator[int]:
     """Run ``command`` (which listens on ``port``), with ``env`` added to its environment; yields its process id;
-    terminates it on exit. What it printed is quoted when it fails to start."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO), **(env or {})}
+    terminates it on exit. What it printed is quoted when it fails to start. The checkout goes on its
+    ``PYTHONPATH`` after what this process's ``PYTHONPATH`` holds (the compiled core's folder, for one)."""
+    path = os.pathsep.join(part for part in (os.environ.get("PYTHONPATH"), str(REPO)) if part)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(env or {})}
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(list(command), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
