@@ -61,8 +61,8 @@ LEFT_OUT = (
   decode into other types than the rules read (``structs`` holds the Structs of the per-event modules,
   ``response``, ``sse`` and ``chunks``, so that those compile);
 - a module whose public constructors check their arguments' types and raise ``ValueError`` with a message
-  (accumulate's ``Accumulator``, think's ``ThinkTags``): a compiled function raises mypyc's own ``TypeError``
-  first.
+  (accumulate's ``Accumulator``, think's ``ThinkTags``, which is why the splitter is a module of its own): a
+  compiled function raises mypyc's own ``TypeError`` first.
 """
 
 

@@ -53,8 +53,9 @@ import msgspec
 
 from numi_mw.core.details import FILLED_KEYS, DetailsRebuilder, visible_text
 from numi_mw.core.fields import REASONING_FIELDS, plain_reasoning, splice
+from numi_mw.core.splitter import Piece, ThinkSplitter
 from numi_mw.core.structs import ChunkProbe
-from numi_mw.core.think import Piece, ThinkSplitter, ThinkTags
+from numi_mw.core.think import ThinkTags
 
 UNCHANGED: Final = None
 """What ``ChunkNormalizer.normalize`` returns for a chunk that leaves as it came."""
