@@ -211,13 +211,12 @@ that names a million choice indexes keeps bounded state, and nothing of it is lo
 
 class _ChoiceStates(dict[Any, _Choice]):
     """The per-choice states of one stream by choice ``index``; a state is made on first use (``__missing__``,
-    so that a lookup of a known choice stays a plain dict lookup)."""
+    so that a lookup of a known choice stays a plain dict lookup). ``think`` is set after construction, which
+    then stays ``dict``'s own (one is made per stream)."""
 
     __slots__ = ("think",)
 
-    def __init__(self, think: ThinkTags | None) -> None:
-        super().__init__()
-        self.think = think
+    think: ThinkTags | None
 
     def follows(self, index: Any) -> bool:
         """Whether the choice ``index`` has a state or may get one: at most ``MAX_CHOICES`` per stream."""
@@ -253,7 +252,8 @@ class ChunkNormalizer:
         self.think = think
         self.open_reasoning = False  # a choice's reasoning went out and is not closed yet (``_closing``)
         self._fast_path = _FAST_THINK if think is not None else _FAST_NONE if exclude else _FAST_PLAIN
-        self._choices = _ChoiceStates(think)
+        self._choices = states = _ChoiceStates()
+        states.think = think
         self._envelope: dict[str, Any] | None = None
 
     def normalize(self, data: Any) -> list[dict[str, Any]] | None:
@@ -285,7 +285,7 @@ class ChunkNormalizer:
                     fast_path = self._fast_path
                     if fast_path == _FAST_PLAIN:
                         if choice.get("finish_reason") is None:
-                            fast = self._fast(data, choice)
+                            fast = self._fast(data, choice, delta, index)
                             if fast is not _SLOW:
                                 return fast
                     elif fast_path == _FAST_THINK:
@@ -340,15 +340,16 @@ class ChunkNormalizer:
         entries = self._entries(choice, delta, state, pieces, split=True, finishing=False)
         return UNCHANGED if entries is UNCHANGED else _chunks_of(data, [entries])
 
-    def _fast(self, data: dict[str, Any], choice: dict[str, Any]) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
+    def _fast(
+        self, data: dict[str, Any], choice: dict[str, Any], delta: dict[str, Any], index: int
+    ) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
         """The common reasoning chunk (one choice; an unsigned text fragment that extends the open detail, with
         ``reasoning`` the same text or absent, or a plain ``reasoning`` / ``reasoning_content`` string), and the
         common chunk without reasoning while none is open, handled without the general machinery; ``_SLOW`` for
         anything else. Same output as the general path, key order included. ``choice`` is ``data``'s one choice:
-        a delta choice (``_is_delta_choice``) of a followed index that does not finish (``normalize`` checked it).
+        a delta choice (``_is_delta_choice``) of a followed index that does not finish (``normalize`` checked it),
+        ``delta`` and ``index`` its ``delta`` and ``index``.
         """
-        delta: dict[str, Any] = choice["delta"]
-        index: int = choice.get("index", 0)
         if "reasoning_content" in delta:
             plain = delta["reasoning_content"]
             if "reasoning" in delta or "reasoning_details" in delta:
@@ -427,7 +428,7 @@ class ChunkNormalizer:
                 return UNCHANGED
             delta["reasoning_details"] = [entry]
             return [data]
-        if details == [] and (reasoning is None or reasoning == ""):
+        if type(details) is list and not details and (reasoning is None or reasoning == ""):
             # nothing visible, no fragment (OpenRouter's content chunks)
             return self._fast_after(data, choice) if self.open_reasoning else UNCHANGED
         if "reasoning" not in delta and "reasoning_details" not in delta:

@@ -194,6 +194,14 @@ def _error_event(error: ApiError, head: dict[str, Any] | None) -> bytes:
     return encode_event(codec.encode_lenient(error.stream_chunk(head)))
 
 
+def _closing_events(normalizer: ChunkNormalizer) -> bytes:
+    """The SSE events of the chunks that end ``normalizer``'s stream (``ChunkNormalizer.finish``), ``b""`` for none."""
+    chunks = normalizer.finish()
+    if not chunks:  # the usual end: nothing held, no reasoning left open
+        return b""
+    return b"".join([encode_event(codec.encode_lenient(chunk)) for chunk in chunks])
+
+
 def _cut_short(event: SSEEvent) -> bool:
     """Whether ``event``, left unfinished at the end of a stream, was cut short: it has data that is not
     ``[DONE]`` and does not decode as JSON, or it has no data and ends inside a line (``da``, ``: OPENROU``)."""
@@ -291,7 +299,7 @@ class SSERewriter:
 
     def _closing_chunks(self) -> bytes:
         self._done = True
-        return b"".join(encode_event(codec.encode_lenient(chunk)) for chunk in self._normalizer.finish())
+        return _closing_events(self._normalizer)
 
     def _event(self, event: SSEEvent) -> bytes:
         data = event.data
@@ -590,7 +598,7 @@ class NativeSSERewriter:
 
     def _closing_chunks(self) -> bytes:
         self._done = True
-        return b"".join(encode_event(codec.encode_lenient(chunk)) for chunk in self._normalizer.finish())
+        return _closing_events(self._normalizer)
 
     def _close(self) -> bytes:
         return self._closing_chunks() + b"data: [DONE]\n\n"

@@ -199,9 +199,13 @@ class SSEDecoder:
             event after the last blank line, which the stream never finished (its ``raw`` lacks the blank line),
             or ``None`` when the stream ended on a blank line.
         """
+        buf = self._buf
+        if not buf:  # the stream ended on a blank line (as streams do): nothing to parse
+            events = self._ready
+            self._reset()
+            return events, None
         events = self._ready + self._parse(final=True)
         rest = None
-        buf = self._buf
         if buf:
             pos = self._pos
             if self._at_start and buf.startswith(_BOM, pos):
