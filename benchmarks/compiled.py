@@ -47,8 +47,10 @@ LEFT_OUT = (
     "numi_mw/core/accumulate.py",
     "numi_mw/core/catalog.py",
     "numi_mw/core/controls.py",
+    "numi_mw/core/providers.py",
     "numi_mw/core/replay.py",
     "numi_mw/core/request.py",
+    "numi_mw/core/routing.py",
     "numi_mw/core/structs.py",
     "numi_mw/core/think.py",
     "numi_mw/core/usage.py",
@@ -60,9 +62,10 @@ LEFT_OUT = (
   keywords of its ``class`` line (``frozen``, ``gc``, ``kw_only``, ``forbid_unknown_fields``), so msgspec would
   decode into other types than the rules read (``structs`` holds the Structs of the per-event modules,
   ``response``, ``sse`` and ``chunks``, so that those compile);
-- a module whose public constructors check their arguments' types and raise ``ValueError`` with a message
-  (accumulate's ``Accumulator``, think's ``ThinkTags``, which is why the splitter is a module of its own): a
-  compiled function raises mypyc's own ``TypeError`` first.
+- a module whose public functions check the arguments a caller gives and raise ``ValueError`` with a message
+  (accumulate's ``Accumulator``, think's ``ThinkTags``, which is why the splitter is a module of its own,
+  providers' ``provider_rules``, routing's ``fixed_route``): a compiled function raises mypyc's own
+  ``TypeError`` first, for a value of another type than its annotation.
 """
 
 
@@ -234,7 +237,7 @@ class _Worker:
 def compare_times(folder: Path, rounds: int, batch_seconds: float, only: Sequence[str] = ()) -> list[dict[str, object]]:
     """Interleaved rounds of each workload in a pure and a compiled worker: per-unit medians and the speed-up
     (pure time / compiled time, per round), with its spread. Raises ``RuntimeError`` if the two workers' outputs
-    differ or the compiled worker did not load the compiled core."""
+    differ, the compiled worker did not load the compiled core, or ``only`` names a workload there is not."""
     pure, compiled = _Worker(None), _Worker(folder)
     try:
         if not str(compiled.hello["core"]).endswith(".so") or str(pure.hello["core"]).endswith(".so"):
@@ -242,6 +245,9 @@ def compare_times(folder: Path, rounds: int, batch_seconds: float, only: Sequenc
         if pure.hello["digest"] != compiled.hello["digest"]:
             raise RuntimeError("the compiled core gives other output than the pure core on the workloads")
         units: dict[str, int] = pure.hello["units"]  # type: ignore[assignment]
+        unknown = [name for name in only if name not in units]
+        if unknown:
+            raise RuntimeError(f"no such workload: {', '.join(unknown)}; the workloads are: {', '.join(units)}")
         rows = []
         for name in [name for name in units if not only or name in only]:
             n = calibrate(partial(pure.run, name), batch_seconds)
@@ -288,6 +294,14 @@ def compare_instructions(folder: Path, workloads: str) -> dict[str, tuple[int, i
     return {name: (pair[0], pair[1]) for name, pair in counts.items()}
 
 
+def _positive(text: str) -> int:
+    """An argparse type: a whole number, 1 or more."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def _time(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.2f} µs"
 
@@ -295,9 +309,11 @@ def _time(seconds: float) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compiled", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("build", "compare", "worker"))
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per workload (compare)")
+    parser.add_argument("--rounds", type=_positive, default=7, help="interleaved rounds per workload (compare)")
     parser.add_argument("--batch", type=float, default=0.2, metavar="SECONDS", help="time of one batch (compare)")
-    parser.add_argument("--only", default="", metavar="NAME,...", help="time these workloads only (compare)")
+    parser.add_argument(
+        "--only", default="", metavar="NAME,...", help="time these workloads only (compare; a wrong name lists them)"
+    )
     parser.add_argument(
         "--instructions",
         nargs="?",
@@ -319,8 +335,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage(folder), file=sys.stderr)
         return 0
     only = [name for name in args.only.split(",") if name]
-    rows = compare_times(folder, args.rounds, args.batch, only)
-    print("pure against compiled core: interleaved rounds (speed-up = pure time / compiled time, per round)")
+    try:
+        rows = compare_times(folder, args.rounds, args.batch, only)
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(
+        "pure against compiled core: interleaved rounds (speed-up = pure time / compiled time, per round)",
+        file=sys.stderr if args.json else sys.stdout,
+    )
     for row in rows:
         if args.json:
             print(json.dumps({"kind": "compiled", **row}))
@@ -330,7 +353,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  per {row['per']:5s}  speed-up {row['speedup']:.2f}x ({row['speedup_min']:.2f}-{row['speedup_max']:.2f})"
         )
     if args.instructions:
-        print("instructions per operation under callgrind (pure, compiled, compiled / pure)")
+        print(
+            "instructions per operation under callgrind (pure, compiled, compiled / pure)",
+            file=sys.stderr if args.json else sys.stdout,
+        )
         for name, (pure, compiled) in compare_instructions(folder, args.instructions).items():
             if args.json:
                 print(json.dumps({"kind": "compiled.instructions", "name": name, "pure": pure, "compiled": compiled}))

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from numi_mw.core.accumulate import Accumulator
 from numi_mw.core.adapters import anthropic_messages, openai_responses
 from numi_mw.core.adapters.base import Answer
 from numi_mw.core.chunks import ChunkNormalizer
@@ -313,3 +314,45 @@ def test_a_long_phase_of_field_reasoning_keeps_bounded_echo_state() -> None:
     whole = ReasoningEcho(None)
     whole.fields("x" * (MAX_ECHO_CHARS + 1))
     assert whole.filter([("reasoning", "x" * 10)]) == []
+
+
+@pytest.mark.parametrize("text", [["b"], {"t": "b"}, 1.5])
+def test_a_text_fragment_whose_text_is_not_a_string_extends_the_open_detail_as_it_came(text: Any) -> None:
+    """Rule 1 (spec 004 "Streaming") reads a fragment with a truthy ``text`` as more text of the open detail: it
+    gets that detail's index, its text passes as it came, and no ``reasoning`` string is made of it; on the
+    compiled core as on the pure one."""
+    first = {"choices": [{"index": 0, "delta": {"reasoning_details": [{"type": "reasoning.text", "text": "a"}]}}]}
+    odd = {"choices": [{"index": 0, "delta": {"reasoning_details": [{"type": "reasoning.text", "text": text}]}}]}
+    out = rewrite(data(first) + data(odd) + b"data: [DONE]\n\n")
+    assert out == (
+        data(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "reasoning_details": [{"type": "reasoning.text", "text": "a", "index": 0}],
+                            "reasoning": "a",
+                        },
+                    }
+                ]
+            }
+        )
+        + data(
+            {
+                "choices": [
+                    {"index": 0, "delta": {"reasoning_details": [{"type": "reasoning.text", "text": text, "index": 0}]}}
+                ]
+            }
+        )
+        + data(
+            {"choices": [{"index": 0, "delta": {"reasoning": None, "reasoning_details": []}, "finish_reason": None}]}
+        )
+        + b"data: [DONE]\n\n"
+    )
+    accumulator = Accumulator()  # which needs the text: the documented error, not a TypeError
+    with pytest.raises(ApiError) as info:
+        accumulator.feed_sse(data(first) + data(odd))
+        accumulator.finish()
+        accumulator.message()
+    assert info.value.message == f"reasoning_details[1].text must be a string or null, not {type(text).__name__}."

@@ -175,6 +175,24 @@ def test_think_tags_takes_good_options() -> None:
     assert tags.splitter() is not None
 
 
+def test_think_tags_take_families_as_lists_and_keep_them_as_tuples() -> None:
+    """As a JSON or TOML setting gives them; the splitter (compiled in the optional build) gets tuples."""
+    tags = ThinkTags(families=[["<t>", "</t>"]])  # type: ignore[list-item]
+    assert tags.families == (("<t>", "</t>"),)
+    assert tags == ThinkTags(families=(("<t>", "</t>"),))
+    assert hash(tags) == hash(ThinkTags(families=(("<t>", "</t>"),)))
+    assert tags.split_all("<t>r</t>c") == ("r", "c")
+    splitter = tags.splitter()
+    assert splitter.feed("<t>r</t>c") + splitter.flush() == [("reasoning", "r"), ("content", "c")]
+
+
+@pytest.mark.parametrize("name", [5, None, b"openai"])
+def test_provider_rules_refuses_what_is_not_a_provider_name(name: Any) -> None:
+    with pytest.raises(ValueError) as info:
+        provider_rules(name)
+    assert str(info.value).startswith(f"unknown provider {name!r}; use one of: ")
+
+
 def test_load_catalog_refuses_what_is_not_text() -> None:
     with pytest.raises(CatalogError) as info:
         load_catalog(5, "catalog.toml")  # type: ignore[arg-type]

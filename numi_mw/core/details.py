@@ -227,8 +227,10 @@ class DetailsRebuilder:
         self.open_text = len(self.details) - 1 if is_open else -1
         return where
 
-    def extend(self, pos: int, text: str) -> None:
-        """Rule 1's append of ``text`` to detail ``pos`` (``add`` of an ``("extend", pos)`` fragment)."""
+    def extend(self, pos: int, text: Any) -> None:
+        """Rule 1's append of ``text`` to detail ``pos`` (``add`` of an ``("extend", pos)`` fragment). ``text`` is
+        the fragment's ``text`` as it came: any truthy JSON value takes rule 1, a string or not (a caller that
+        needs strings, as ``Accumulator``, checks them)."""
         if self.track_text:
             parts = self._parts.get(pos)
             if parts is None:

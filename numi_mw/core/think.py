@@ -65,7 +65,8 @@ class ThinkTags:
     text tags for display").
 
     Attributes:
-        families: (opening tag, closing tag) pairs; default ``TAG_FAMILIES``.
+        families: (opening tag, closing tag) pairs; default ``TAG_FAMILIES``. Lists are taken too (as a JSON
+            setting gives them) and kept as a tuple of tuples, so that the settings hash and compare as values.
         start: where a stream starts: ``content`` (a tag opens reasoning; a stray closing tag is dropped),
             ``reasoning`` (the chat template opened the tag in the prompt: text is reasoning until a closing
             tag), or ``auto`` (leading text is held back, up to ``lookahead_chars`` characters, until the first
@@ -103,6 +104,7 @@ class ThinkTags:
                 f"families must be (opening, closing) pairs of nonempty strings, such as (('<think>', "
                 f"'</think>'),), not {families!r}"
             )
+        object.__setattr__(self, "families", tuple((opening, closing) for opening, closing in families))
         if self.start not in THINK_STARTS:
             raise ValueError(f"think start {self.start!r} is not one of: {', '.join(THINK_STARTS)}")
         for name in ("lookahead_chars", "switch_chars"):
