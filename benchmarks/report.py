@@ -44,7 +44,16 @@ def machine() -> dict[str, Any]:
         "implementation": platform.python_implementation(),
         "packages": versions,
         "commit": _commit(),
+        "core": core_build(),
     }
+
+
+def core_build() -> str:
+    """Which ``numi_mw.core`` this process imports: ``"compiled (mypyc)"`` when its modules are the optional
+    build's C extensions (``.ci/build-mypyc``'s folder first on the path), else ``"pure Python"``."""
+    import numi_mw.core.history
+
+    return "compiled (mypyc)" if numi_mw.core.history.__file__.endswith(".so") else "pure Python"
 
 
 def _commit() -> str | None:
@@ -61,7 +70,8 @@ def describe_machine(info: dict[str, Any]) -> str:
     packages = ", ".join(f"{k} {v}" for k, v in info["packages"].items() if v is not None)
     return (
         f"machine: {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable), {info['os']}\n"
-        f"python {info['python']} ({info['implementation']}); {packages}; commit {info.get('commit')}"
+        f"python {info['python']} ({info['implementation']}); {packages}; commit {info.get('commit')}; "
+        f"numi_mw core: {info.get('core')}"
     )
 
 

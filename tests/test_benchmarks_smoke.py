@@ -70,6 +70,7 @@ def test_quick_run_prints_json_lines_for_every_measurement() -> None:
     assert len(machines) == 1
     assert {"cpu", "cores", "python", "packages"} <= machines[0].keys()
     assert machines[0]["packages"]["numi_mw"]
+    assert machines[0]["core"] in ("pure Python", "compiled (mypyc)")
 
     measurements = {r["name"]: r for r in records if r.get("kind") == "measurement"}
     missing = EXPECTED - measurements.keys()
