@@ -10,6 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numi_mw.core
 from benchmarks.timing import Measurement
 
 PACKAGES = ("numi_mw", "msgspec", "starlette", "httpx", "uvicorn", "anyio", "h11", "httptools", "uvloop", "litellm")
@@ -44,16 +45,8 @@ def machine() -> dict[str, Any]:
         "implementation": platform.python_implementation(),
         "packages": versions,
         "commit": _commit(),
-        "core": core_build(),
+        "core": numi_mw.core.build(),
     }
-
-
-def core_build() -> str:
-    """Which ``numi_mw.core`` this process imports: ``"compiled (mypyc)"`` when its modules are the optional
-    build's C extensions (``.ci/build-mypyc``'s folder first on the path), else ``"pure Python"``."""
-    import numi_mw.core.history
-
-    return "compiled (mypyc)" if numi_mw.core.history.__file__.endswith(".so") else "pure Python"
 
 
 def _commit() -> str | None:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from numi_mw.asgi import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADER_COUNT
 from numi_mw.catalog_files import DEFAULT_CATALOG, default_catalog, read_catalog, read_text
+from numi_mw.core import build as core_build
 from numi_mw.core.accumulate import rebuild_from_body
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.catalog import Catalog, CatalogError, unknown_efforts, unknown_keys
@@ -536,7 +537,8 @@ def listen_problem(host: str, port: int) -> str | None:
 
 def _log_start(args: argparse.Namespace, catalog: Catalog | None) -> None:
     """Say at start-up where requests go and by which rules: the provider and wire API of the upstream (and
-    whether the provider was inferred from its host), or of every catalog provider; and the operations paths."""
+    whether the provider was inferred from its host), or of every catalog provider; the operations paths; and which
+    build of the core runs (``numi_mw.core.build``), so that a compiled build that failed to reach the path shows."""
     if catalog is None:
         origin = "--provider" if args.provider is not None else "inferred from the host; --provider picks another"
         name = provider_rules(args.provider or infer_provider(args.upstream)).name
@@ -569,6 +571,7 @@ def _log_start(args: argparse.Namespace, catalog: Catalog | None) -> None:
         )
     paths = ["healthz", "readyz", *(["metrics"] if args.metrics else [])]
     log.info("operations: %s", ", ".join(f"{args.ops_prefix}/{path}" for path in paths))
+    log.info("numi_mw core: %s", core_build())
 
 
 def _safe_url(url: str) -> str:

@@ -50,8 +50,7 @@ def load_case(shared: Path, case_id: str) -> dict[str, Any]:
 
 def pytest_report_header() -> str:
     """Which build of ``numi_mw.core`` this run tests: the pure Python modules or the mypyc-compiled ones."""
+    import numi_mw.core
     import numi_mw.core.history
 
-    where = numi_mw.core.history.__file__ or "?"
-    kind = "compiled (mypyc)" if where.endswith(".so") else "pure Python"
-    return f"numi_mw core: {kind}, {Path(where).parent}"
+    return f"numi_mw core: {numi_mw.core.build()}, {Path(numi_mw.core.history.__file__ or '?').parent}"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from numi_mw.cli import main
+from numi_mw.core import build as core_build
 from tests.e2e_support import numi_mw_command
 
 
@@ -374,6 +375,7 @@ def test_serve_prints_the_catalog_warnings_before_it_starts(tmp_path: Path) -> N
         f" INFO numi_mw.serve: catalog {typo}: provider x at http://a: rules generic, wire API openai-chat"
     )
     assert lines[3].endswith(" INFO numi_mw.serve: operations: /healthz, /readyz, /metrics")
+    assert lines[4].endswith(f" INFO numi_mw.serve: numi_mw core: {core_build()}")
 
 
 @pytest.mark.parametrize(
@@ -407,7 +409,8 @@ def test_serve_with_a_named_provider_says_so() -> None:
         " INFO numi_mw.serve: upstream http://127.0.0.1:8000/v1: provider deepseek (--provider), wire API openai-chat"
     )
     assert lines[1].endswith(" INFO numi_mw.serve: operations: /ops/healthz, /ops/readyz")
-    assert (result.returncode, lines[2:]) == (
+    assert lines[2].endswith(f" INFO numi_mw.serve: numi_mw core: {core_build()}")
+    assert (result.returncode, lines[3:]) == (
         2,
         ["numi-mw serve: cannot listen on --host '256.0.0.1' --port 8787: the host does not resolve to an address"],
     )
