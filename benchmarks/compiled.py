@@ -183,11 +183,16 @@ def _workloads() -> dict[str, tuple[Callable[[], object], int]]:
 
 def _worker() -> int:
     """Serve ``{"name": ..., "n": ...}`` lines on stdin with ``{"seconds": ...}`` lines: the time of ``n`` runs."""
+    import numi_mw.core
     import numi_mw.core.history
 
     workloads = _workloads()
     outputs = {name: repr(operation()) for name, (operation, _) in workloads.items()}
-    hello = {"core": numi_mw.core.history.__file__, "units": {k: v[1] for k, v in workloads.items()}}
+    hello = {
+        "core": numi_mw.core.history.__file__,
+        "build": numi_mw.core.build(),
+        "units": {k: v[1] for k, v in workloads.items()},
+    }
     hello["digest"] = hashlib.sha256(json.dumps(outputs, sort_keys=True).encode()).hexdigest()
     print(json.dumps(hello), flush=True)
     for line in sys.stdin:
@@ -240,7 +245,7 @@ def compare_times(folder: Path, rounds: int, batch_seconds: float, only: Sequenc
     differ, the compiled worker did not load the compiled core, or ``only`` names a workload there is not."""
     pure, compiled = _Worker(None), _Worker(folder)
     try:
-        if not str(compiled.hello["core"]).endswith(".so") or str(pure.hello["core"]).endswith(".so"):
+        if (pure.hello["build"], compiled.hello["build"]) != ("pure Python", "compiled (mypyc)"):
             raise RuntimeError(f"cores: pure {pure.hello['core']}, compiled {compiled.hello['core']}")
         if pure.hello["digest"] != compiled.hello["digest"]:
             raise RuntimeError("the compiled core gives other output than the pure core on the workloads")
