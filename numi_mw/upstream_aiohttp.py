@@ -113,7 +113,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     httpx's default context, no proxy or ``.netrc`` from the environment, no cookies kept, bodies not decoded: httpx
     and ``upstream.decoded_body`` decode them as with the default transport).
 
-    The session is opened on the first request, in the running event loop, and closed by ``aclose``.
+    The TLS context (``httpx.create_ssl_context``: loading the certificate store takes a few hundred
+    milliseconds) is built when the transport is made, as httpx's own transport builds it, so that the sidecar
+    builds it at start-up rather than in its first request; the session is opened on the first request, in the
+    running event loop, and closed by ``aclose``.
 
     Args:
         limits: ``max_connections`` (``None``: no cap) and ``keepalive_expiry`` (seconds an idle connection is
@@ -133,6 +136,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, limits: httpx.Limits) -> None:
         self._limits = limits
+        self._ssl = httpx.create_ssl_context(trust_env=False)
         self._session: aiohttp.ClientSession | None = None
         self._httpcore: httpx.AsyncBaseTransport | None = None
         self._timeouts: dict[tuple[float | None, ...], tuple[aiohttp.ClientTimeout, float | None]] = {}
@@ -143,7 +147,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             limit=limits.max_connections or 0,
             limit_per_host=0,
             keepalive_timeout=limits.keepalive_expiry if limits.keepalive_expiry is not None else 5.0,
-            ssl=httpx.create_ssl_context(trust_env=False),
+            ssl=self._ssl,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,

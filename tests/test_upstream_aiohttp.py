@@ -112,6 +112,24 @@ async def test_a_body_closed_before_its_end_closes_its_connection() -> None:
     assert (len(first) > 0, len(second.content), len(accepted)) == (True, 1_000_000, 2)
 
 
+async def test_the_tls_context_is_built_when_the_transport_is_made_not_in_a_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built: list[bool] = []
+    create = httpx.create_ssl_context
+
+    def counted(**kwargs: object) -> object:
+        built.append(True)
+        return create(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(httpx, "create_ssl_context", counted)
+    transport = AiohttpTransport(LIMITS)
+    made = len(built)
+    async with counting_server(b"hello") as (url, _), httpx.AsyncClient(transport=transport) as client:
+        response = await client.get(f"{url}/a")
+    assert (made, len(built), response.content) == (1, 1, b"hello")
+
+
 @pytest.mark.parametrize(
     ("name", "transport", "message"),
     [
