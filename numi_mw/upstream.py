@@ -680,30 +680,38 @@ def _read_already(upstream: httpx.Response) -> bytes | None:
         return None
 
 
-async def decoded_body(upstream: httpx.Response) -> AsyncIterator[bytes]:
+def decoded_body(upstream: httpx.Response) -> AsyncIterator[bytes]:
     """The upstream body, as it arrives, decoded from ``gzip`` or ``deflate`` in pieces of at most ``DECODE_STEP``
-    bytes (``Inflater``); an identity body as it comes. A body httpx has read whole already (an
-    ``httpx.MockTransport`` answer) comes as httpx decoded it.
+    bytes (``Inflater``); an identity body as it comes, straight from httpx's ``aiter_raw`` (no step of numi_mw's
+    own for each piece). A body httpx has read whole already (an ``httpx.MockTransport`` answer) comes as httpx
+    decoded it.
 
     Raises:
         httpx.RequestError: the body could not be read, or decoded (``httpx.DecodingError``).
     """
     whole = _read_already(upstream)
     if whole is not None:
-        if whole:
-            yield whole
-        return
+        return _whole(whole)
     inflater = _inflater(upstream)
+    if inflater is None:
+        return upstream.aiter_raw()
+    return _inflated(upstream, inflater)
+
+
+async def _whole(body: bytes) -> AsyncIterator[bytes]:
+    """``body`` as one piece, or none when it is empty."""
+    if body:
+        yield body
+
+
+async def _inflated(upstream: httpx.Response, inflater: Inflater) -> AsyncIterator[bytes]:
+    """The upstream body as it arrives, through ``inflater``."""
     async for chunk in upstream.aiter_raw():
-        if inflater is None:
-            yield chunk
-            continue
         for piece in inflater.decode(chunk):
             yield piece
-    if inflater is not None:
-        tail = inflater.flush()
-        if tail:
-            yield tail
+    tail = inflater.flush()
+    if tail:
+        yield tail
 
 
 def decoded_body_sync(upstream: httpx.Response) -> Iterator[bytes]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -38,34 +38,46 @@ _SKIPPED = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 reaches the upstream without one, as it would directly."""
 
 
+def _translated(exc: BaseException, stage: str) -> Exception | None:
+    """The httpx error httpcore raises for the failure aiohttp raised as ``exc`` (``upstream.failure_kind`` reads
+    it), or ``None`` for an exception that is no such failure: a connect timeout ``httpx.ConnectTimeout``, a read
+    timeout ``httpx.ReadTimeout``, a connection refused or a DNS or TLS failure ``httpx.ConnectError``, a connection
+    the upstream closed before or while answering and an answer that breaks HTTP/1.1 framing
+    ``httpx.RemoteProtocolError`` (RFC 9112; ``upstream.ClosedBeforeAnswer`` for a connection closed while the
+    request waits for its answer), another socket error ``httpx.ReadError`` (``httpx.WriteError`` while sending).
+    ``stage`` is ``send`` or ``read``."""
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout(str(exc))
+    if isinstance(exc, aiohttp.ServerTimeoutError | TimeoutError):
+        return httpx.ReadTimeout(str(exc) or "the upstream did not answer in time")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return httpx.ConnectError(str(exc))
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        closed: type[httpx.RemoteProtocolError] = ClosedBeforeAnswer if stage == "send" else httpx.RemoteProtocolError
+        return closed(str(exc) or type(exc).__name__)
+    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
+        return httpx.RemoteProtocolError(str(exc) or type(exc).__name__)
+    if isinstance(exc, HttpProcessingError):
+        return httpx.RemoteProtocolError(exc.message or type(exc).__name__)
+    if isinstance(exc, aiohttp.ClientConnectionError):
+        error = httpx.WriteError if stage == "send" else httpx.ReadError
+        return error(str(exc) or type(exc).__name__)
+    if isinstance(exc, aiohttp.ClientError):
+        return httpx.TransportError(str(exc) or type(exc).__name__)
+    return None
+
+
 @contextlib.contextmanager
 def _as_httpx(stage: str) -> Iterator[None]:
-    """aiohttp's errors as the httpx errors httpcore raises for the same failure (``upstream.failure_kind`` reads
-    them): a connect timeout ``httpx.ConnectTimeout``, a read timeout ``httpx.ReadTimeout``, a connection refused
-    or a DNS or TLS failure ``httpx.ConnectError``, a connection the upstream closed before or while answering and
-    an answer that breaks HTTP/1.1 framing ``httpx.RemoteProtocolError`` (RFC 9112; ``upstream.ClosedBeforeAnswer``
-    for a connection closed while the request waits for its answer), another socket error ``httpx.ReadError``
-    (``httpx.WriteError`` while sending). ``stage`` is ``send`` or ``read``."""
+    """aiohttp's errors raised inside as the httpx errors httpcore raises for the same failure (``_translated``);
+    other exceptions pass unchanged. ``stage`` is ``send`` or ``read``."""
     try:
         yield
-    except aiohttp.ConnectionTimeoutError as exc:
-        raise httpx.ConnectTimeout(str(exc)) from exc
-    except (aiohttp.ServerTimeoutError, TimeoutError) as exc:
-        raise httpx.ReadTimeout(str(exc) or "the upstream did not answer in time") from exc
-    except aiohttp.ClientConnectorError as exc:
-        raise httpx.ConnectError(str(exc)) from exc
-    except aiohttp.ServerDisconnectedError as exc:
-        closed: type[httpx.RemoteProtocolError] = ClosedBeforeAnswer if stage == "send" else httpx.RemoteProtocolError
-        raise closed(str(exc) or type(exc).__name__) from exc
-    except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:
-        raise httpx.RemoteProtocolError(str(exc) or type(exc).__name__) from exc
-    except HttpProcessingError as exc:
-        raise httpx.RemoteProtocolError(exc.message or type(exc).__name__) from exc
-    except aiohttp.ClientConnectionError as exc:
-        error = httpx.WriteError if stage == "send" else httpx.ReadError
-        raise error(str(exc) or type(exc).__name__) from exc
-    except aiohttp.ClientError as exc:
-        raise httpx.TransportError(str(exc) or type(exc).__name__) from exc
+    except Exception as exc:
+        error = _translated(exc, stage)
+        if error is None:
+            raise
+        raise error from exc
 
 
 class _Request(aiohttp.ClientRequest):
@@ -91,18 +103,32 @@ class _Request(aiohttp.ClientRequest):
 
 class _Body(httpx.AsyncByteStream):
     """An aiohttp response's body as httpx reads it: each piece as it arrives (nothing held back for a fuller
-    read), errors as httpx's. Closing it returns the connection to the pool when the body was read to its end,
-    and closes the connection otherwise (aiohttp's ``release``)."""
+    read), errors as httpx's (``_translated``). Closing it returns the connection to the pool when the body was
+    read to its end, and closes the connection otherwise (aiohttp's ``release``).
 
-    __slots__ = ("_response",)
+    It is its own iterator, each step one ``readany`` of aiohttp's stream reader: no generator stands between the
+    upstream's bytes and httpx for each piece a stream brings."""
+
+    __slots__ = ("_content", "_response")
 
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
+        self._content = response.content
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        with _as_httpx("read"):
-            async for chunk in self._response.content.iter_any():
-                yield chunk
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            chunk = await self._content.readany()
+        except Exception as exc:
+            error = _translated(exc, "read")
+            if error is None:
+                raise
+            raise error from exc
+        if not chunk:
+            raise StopAsyncIteration
+        return chunk
 
     async def aclose(self) -> None:
         self._response.release()
