@@ -77,7 +77,10 @@ def _as_httpx(stage: str) -> Iterator[None]:
         error = _translated(exc, stage)
         if error is None:
             raise
-        raise error from exc
+        try:
+            raise error from exc
+        finally:
+            del error  # its traceback holds this frame: a local holding it would make a reference cycle
 
 
 class _Request(aiohttp.ClientRequest):
@@ -125,7 +128,10 @@ class _Body(httpx.AsyncByteStream):
             error = _translated(exc, "read")
             if error is None:
                 raise
-            raise error from exc
+            try:
+                raise error from exc
+            finally:
+                del error  # as in ``_as_httpx``: no reference cycle through a local
         if not chunk:
             raise StopAsyncIteration
         return chunk

@@ -4,7 +4,9 @@ per transport (the ``upstream_transport`` fixture)."""
 
 from __future__ import annotations
 
+import gc
 import importlib.metadata
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -48,6 +50,22 @@ def test_aiohttp_failures_are_the_httpx_errors_httpcore_raises(
         raise error
     assert type(raised.value) is expected
     assert raised.value.__cause__ is error
+
+
+def test_a_translated_failure_is_freed_without_the_cycle_collector() -> None:
+    collecting = gc.isenabled()
+    gc.disable()  # only reference counting frees anything meanwhile
+    try:
+        try:
+            with _as_httpx("read"):
+                raise aiohttp.ClientPayloadError("Response payload is not completed")
+        except httpx.RemoteProtocolError as exc:
+            translated = weakref.ref(exc)
+            original = weakref.ref(exc.__cause__)
+        assert (translated(), original()) == (None, None)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 async def test_an_upstream_that_refuses_the_connection_is_a_connect_error() -> None:

@@ -81,6 +81,7 @@ from numi_mw.upstream import (
     answer_options,
     api_keys,
     check_upstream_transport,
+    close_upstream,
     feed_answer,
     note_upstream,
     open_transport,
@@ -505,9 +506,12 @@ class _ClientWatch:
         self._call.cancel()
 
     def stop(self) -> None:
-        """End the watch (the call is over)."""
-        if self._task is not None:
-            self._task.cancel()
+        """End the watch (the call is over). The watch lets go of its task first: the task keeps its cancellation,
+        whose traceback holds the task's frame and so this watch, and a watch that still held the task would make a
+        reference cycle of each request, left for CPython's cycle collector."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
 
     async def _run(self) -> None:
         try:
@@ -522,7 +526,7 @@ async def _close_shielded(response: httpx.Response) -> None:
     """Close the upstream ``response`` (its connection goes back to the pool, or is closed), shielded from a
     cancellation of the task meanwhile (a server shutting down)."""
     with anyio.CancelScope(shield=True):
-        await response.aclose()
+        await close_upstream(response)
 
 
 async def _client_body(request: Request, watch: _ClientWatch) -> bytes | AsyncIterator[bytes]:
@@ -605,7 +609,7 @@ async def _send(client: httpx.AsyncClient, call: _Call) -> httpx.Response:
                 raise
             response = await client.send(call.request, stream=True)
         if not 100 <= response.status_code <= 599:  # RFC 9110 section 15: no server can send it on
-            await response.aclose()
+            await close_upstream(response)
             raise httpx.RemoteProtocolError(f"status {response.status_code} is outside 100 to 599")
     except httpx.RequestError as exc:
         raise upstream_failure(exc, "send") from None

@@ -27,7 +27,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from numi_mw.core.codec import encode
-from numi_mw.upstream import EXCHANGE, Exchange, target_url
+from numi_mw.upstream import EXCHANGE, Exchange, close_upstream, target_url
 
 if TYPE_CHECKING:
     from numi_mw.proxy.app import _Sidecar
@@ -211,7 +211,7 @@ class _Readiness:
                 url = target_url(base_url, b"/models", b"")
                 request = client.build_request("GET", url, headers={"accept-encoding": "identity"})
                 response = await client.send(request, stream=True)
-                await response.aclose()
+                await close_upstream(response)
             except (httpx.RequestError, httpx.InvalidURL) as exc:
                 probes[i] = _Probe(providers[i].name, False, error=type(exc).__name__)
             else:
