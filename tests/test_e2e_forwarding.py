@@ -473,7 +473,11 @@ def test_the_operations_paths_answer_other_methods_405(upstream: RawUpstream, ba
     raw = exchange(base_url, method + b" /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     head, body = response_head(raw)
     lines = head.split(b"\r\n")
-    assert (lines[0], b"allow: GET, HEAD" in lines, body) == (b"HTTP/1.1 405 Method Not Allowed", True, b"")
+    message = f"Invalid method for URL ({method.decode()} /healthz); this path takes GET, HEAD."
+    assert (lines[0], b"allow: GET, HEAD" in lines) == (b"HTTP/1.1 405 Method Not Allowed", True)
+    assert json.loads(body) == {
+        "error": {"message": message, "type": "invalid_request_error", "code": "method_not_allowed", "param": None}
+    }
     assert len(upstream.requests) == before
 
 

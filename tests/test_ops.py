@@ -73,7 +73,19 @@ def test_healthz_is_answered_by_numi_mw() -> None:
     assert response.headers["content-type"] == "application/json"
     assert response.headers["cache-control"] == "no-store"
     assert (head.status_code, head.content, head.headers["content-length"]) == (200, b"", "15")
-    assert (post.status_code, post.content, post.headers["allow"]) == (405, b"", "GET, HEAD")
+    assert (post.status_code, post.headers["allow"], post.headers["content-type"]) == (
+        405,
+        "GET, HEAD",
+        "application/json",
+    )
+    assert post.json() == {
+        "error": {
+            "message": "Invalid method for URL (POST /healthz); this path takes GET, HEAD.",
+            "type": "invalid_request_error",
+            "code": "method_not_allowed",
+            "param": None,
+        }
+    }
     assert calls == []
 
 

@@ -21,6 +21,7 @@ ERROR_CODES: Final[dict[str, tuple[int, ErrorType]]] = {
     "invalid_json": (400, "invalid_request_error"),
     "invalid_request": (400, "invalid_request_error"),
     "model_not_found": (404, "invalid_request_error"),
+    "method_not_allowed": (405, "invalid_request_error"),
     "payload_too_large": (413, "invalid_request_error"),
     "request_header_fields_too_large": (431, "invalid_request_error"),
     "upstream_unavailable": (502, "api_error"),
@@ -149,6 +150,14 @@ def unreadable_path() -> ApiError:
 def model_not_found(model: str) -> ApiError:
     """404 ``model_not_found``: ``GET …/models/{model}/endpoints`` for a model the catalog lacks."""
     return ApiError("model_not_found", f'No model "{model}" in the catalog.')
+
+
+def method_not_allowed(method: str, path: str, allowed: str) -> ApiError:
+    """405 ``method_not_allowed``: ``method`` on a ``path`` numi_mw answers itself that takes only ``allowed``
+    (``GET, HEAD`` for the sidecar's operations paths); OpenAI's API answers a method a URL does not take with 405
+    and an ``invalid_request_error`` likewise. The shell sends ``allowed`` in the ``allow`` header (RFC 9110
+    section 15.5.6)."""
+    return ApiError("method_not_allowed", f"Invalid method for URL ({method} {path}); this path takes {allowed}.")
 
 
 def payload_too_large(limit: int, size: int | None = None) -> ApiError:
