@@ -29,6 +29,7 @@ from typing import Any
 import anyio
 
 from benchmarks import payloads
+from benchmarks.inprocess import chat_scope
 
 WAIT = 10.0
 """The longest one request may take, in seconds (a bound, never a measure)."""
@@ -95,29 +96,6 @@ async def loopback_upstream() -> AsyncIterator[str]:
             task.cancel()
 
 
-def scope_for(body: bytes) -> dict[str, Any]:
-    """The ASGI scope of a chat completions ``POST`` of ``body`` (ASGI spec 2.4)."""
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.4"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"127.0.0.1:8000"),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"authorization", b"Bearer sk-bench"),
-        ],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-    }
-
-
 async def drive(app: Any, body: bytes) -> tuple[int, bytes]:
     """One request of ``body`` through the ASGI ``app`` as a server drives it: ``receive`` gives the body, then
     waits until the answer has been sent whole before it says the client left. Returns the status and the body.
@@ -148,7 +126,7 @@ async def drive(app: Any, body: bytes) -> tuple[int, bytes]:
                 sent.set()
 
     with anyio.fail_after(WAIT):
-        await app(scope_for(body), receive, send)
+        await app(chat_scope(body), receive, send)
     return status, b"".join(chunks)
 
 

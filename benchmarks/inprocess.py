@@ -67,7 +67,8 @@ class ReplayOnly:
         await self.app(scope, replay, forward)
 
 
-def _scope(body: bytes) -> dict[str, object]:
+def chat_scope(body: bytes) -> dict[str, object]:
+    """The ASGI scope of a chat completions ``POST`` of ``body`` (ASGI spec 2.4), as a server on loopback builds it."""
     return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.4"},
@@ -115,7 +116,7 @@ async def call_asgi(app: ASGIApp, scope: dict[str, object], body: bytes) -> tupl
 
 
 def asgi_runner(loop: asyncio.AbstractEventLoop, app: ASGIApp, body: bytes) -> BatchRunner:
-    scope = _scope(body)
+    scope = chat_scope(body)
 
     async def batch(n: int) -> float:
         start = time.perf_counter()
@@ -131,7 +132,7 @@ def asgi_runner(loop: asyncio.AbstractEventLoop, app: ASGIApp, body: bytes) -> B
 
 def _check_asgi(loop: asyncio.AbstractEventLoop, app: ASGIApp, body: bytes, *, rewritten: bool) -> None:
     """The contender does what it claims: 200, and the app saw a rewritten body exactly when expected."""
-    status, out = loop.run_until_complete(call_asgi(app, _scope(body), body))
+    status, out = loop.run_until_complete(call_asgi(app, chat_scope(body), body))
     if status != 200:
         raise RuntimeError(f"ASGI check: status {status}: {out[:200]!r}")
     seen = int(out.split(b'"bytes":')[1].rstrip(b"}"))

@@ -107,7 +107,7 @@ def _workload(name: str) -> Callable[[int], None]:
     import msgspec
 
     from benchmarks import payloads
-    from benchmarks.inprocess import ReplayOnly, _Nothing, _scope, bare_app, call_asgi
+    from benchmarks.inprocess import ReplayOnly, _Nothing, bare_app, call_asgi, chat_scope
     from numi_mw import ReasoningMiddleware, ResponseOptions, SSERewriter, fixed_route, prepare_request, provider_rules
     from numi_mw.core.think import ThinkTags
 
@@ -141,7 +141,7 @@ def _workload(name: str) -> Callable[[int], None]:
             else ReasoningMiddleware(bare_app(), provider="openrouter")
         )
         body = payloads.request_2kb() if name.endswith("rewrite_2kb") else payloads.plain_2kb()
-        scope = _scope(body)
+        scope = chat_scope(body)
 
         async def calls(n: int) -> None:
             for _ in range(n):
