@@ -243,14 +243,19 @@ def check_upstream(url: str) -> None:
         raise ValueError(f"the upstream must be an http:// or https:// URL with a host, not {url!r}")
 
 
-async def send_error(send: Send, error: ApiError) -> None:
-    """Send ``error`` as a complete ASGI HTTP response with the OpenAI-style error body."""
+async def send_error(send: Send, error: ApiError, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    """Send ``error`` as a complete ASGI HTTP response with the OpenAI-style error body, and ``headers`` (lower-case
+    names, none of them ``content-type`` or ``content-length``) besides."""
     body = error.to_bytes()
     await send(
         {
             "type": "http.response.start",
             "status": error.status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            "headers": [
+                (b"content-type", b"application/json"),
+                *headers,
+                (b"content-length", str(len(body)).encode()),
+            ],
         }
     )
     await send({"type": "http.response.body", "body": body, "more_body": False})

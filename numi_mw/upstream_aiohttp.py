@@ -67,6 +67,19 @@ def _translated(exc: BaseException, stage: str) -> Exception | None:
     return None
 
 
+def _raise_translated(exc: Exception, stage: str) -> None:
+    """Raise the httpx error for ``exc`` (``_translated``), from ``exc``; return when there is none (the caller
+    re-raises ``exc``). The raised error's traceback holds this frame, so no local of it keeps the error: that would
+    make a reference cycle of each failure, left for CPython's cycle collector."""
+    error = _translated(exc, stage)
+    if error is None:
+        return
+    try:
+        raise error from exc
+    finally:
+        del error
+
+
 @contextlib.contextmanager
 def _as_httpx(stage: str) -> Iterator[None]:
     """aiohttp's errors raised inside as the httpx errors httpcore raises for the same failure (``_translated``);
@@ -74,13 +87,8 @@ def _as_httpx(stage: str) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        error = _translated(exc, stage)
-        if error is None:
-            raise
-        try:
-            raise error from exc
-        finally:
-            del error  # its traceback holds this frame: a local holding it would make a reference cycle
+        _raise_translated(exc, stage)
+        raise
 
 
 class _Request(aiohttp.ClientRequest):
@@ -125,13 +133,8 @@ class _Body(httpx.AsyncByteStream):
         try:
             chunk = await self._content.readany()
         except Exception as exc:
-            error = _translated(exc, "read")
-            if error is None:
-                raise
-            try:
-                raise error from exc
-            finally:
-                del error  # as in ``_as_httpx``: no reference cycle through a local
+            _raise_translated(exc, "read")
+            raise
         if not chunk:
             raise StopAsyncIteration
         return chunk

@@ -25,18 +25,16 @@ from benchmarks.payloads import plain_2kb
 from numi_mw import ReasoningMiddleware
 from numi_mw.proxy import create_app
 from numi_mw.upstream import UPSTREAM_TRANSPORTS
+from tests.response_support import sse_chunks
 
 
 def _reasoning(answer: bytes, stream: bool) -> str:
     """The reasoning text of an answer, buffered or streamed (its chunks' ``delta.reasoning``)."""
     if not stream:
         return str(json.loads(answer)["choices"][0]["message"]["reasoning"])
-    text = ""
-    for line in answer.split(b"\n"):
-        if line.startswith(b"data: {"):
-            for choice in json.loads(line[6:])["choices"]:
-                text += choice.get("delta", {}).get("reasoning") or ""
-    return text
+    return "".join(
+        choice["delta"].get("reasoning") or "" for chunk in sse_chunks(answer) for choice in chunk["choices"]
+    )
 
 
 EXPECTED = {False: _reasoning(COMPLETION, False), True: _reasoning(STREAM, True)}

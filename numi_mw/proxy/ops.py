@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from numi_mw.asgi import send_error
 from numi_mw.core.codec import encode
 from numi_mw.core.errors import method_not_allowed
 from numi_mw.upstream import EXCHANGE, Exchange, close_upstream, target_url
@@ -356,11 +357,11 @@ def _is_event_stream(headers: Iterable[tuple[bytes, bytes]]) -> bool:
 async def _answer(scope: Scope, send: Send, status: int, body: bytes, media_type: bytes) -> None:
     """A whole response of numi_mw's own: ``GET`` and ``HEAD`` get ``body``; other methods 405 with ``allow`` and
     the OpenAI-style error body (``errors.method_not_allowed``)."""
-    headers = [(b"content-type", media_type), (b"cache-control", b"no-store")]
     if scope["method"] not in ("GET", "HEAD"):
         error = method_not_allowed(scope["method"], scope["path"], "GET, HEAD")
-        status, body = error.status, error.to_bytes()
-        headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store"), (b"allow", b"GET, HEAD")]
+        await send_error(send, error, [(b"cache-control", b"no-store"), (b"allow", b"GET, HEAD")])
+        return
+    headers = [(b"content-type", media_type), (b"cache-control", b"no-store")]
     headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
