@@ -228,7 +228,11 @@ def _value(depth: int = 0) -> st.SearchStrategy[Any]:
     )
 
 
-REASONING = st.one_of(st.none(), st.just(""), st.just("think"), st.just("other"), st.sampled_from(NUMBERS).map(Number))
+ESCAPED = st.sampled_from(['"th\\u0069nk"', '"\\u0074hink"']).map(Number)
+"""``"think"`` written with an escape: the same text in other bytes."""
+REASONING = st.one_of(
+    st.none(), st.just(""), st.just("think"), st.just("other"), ESCAPED, st.sampled_from(NUMBERS).map(Number)
+)
 DETAILS = st.lists(
     st.lists(
         st.tuples(
@@ -455,6 +459,46 @@ def test_a_renamed_reasoning_field_keeps_its_bytes() -> None:
     assert (
         prepared.body == b'{"messages":[{"role":"assistant","content":"x","reasoning":"caf\\u00e9 \\"q\\"","n":1e5}]}'
     )
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (  # the same text in other bytes: the doubled field goes, the other takes OpenRouter's name and keeps its bytes
+            b'{"role":"assistant","reasoning":"th\\u0069nk","content":"x","reasoning_content":"think"}',
+            b'{"role":"assistant","content":"x","reasoning":"think"}',
+        ),
+        (
+            b'{"role":"assistant","reasoning":"think","content":"x","reasoning_content":"\\u0074hink"}',
+            b'{"role":"assistant","content":"x","reasoning":"\\u0074hink"}',
+        ),
+        (
+            b'{"role":"assistant","reasoning_content":null,"reasoning":"think"}',
+            b'{"role":"assistant","reasoning":"think"}',
+        ),
+        (b'{"role":"assistant","reasoning":"","reasoning_content":""}', b'{"role":"assistant","reasoning_content":""}'),
+        (b'{"role":"assistant","reasoning":null,"reasoning_content":null}', b'{"role":"assistant"}'),
+    ],
+)
+def test_the_table_reads_the_plain_fields_from_their_bytes(message: bytes, expected: bytes) -> None:
+    """Spec 004's reasoning / reasoning_content table on a body with no internal metadata, for OpenRouter (whose
+    filter keeps every message), decided from the fields' bytes: each output is the table's row for its input."""
+    prepared = spliced_or_full(b'{"messages":[' + message + b"]}", fixed_route(PROVIDERS["openrouter"]))
+    assert prepared.body == b'{"messages":[' + expected + b"]}"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        b'{"role":"assistant","reasoning":"think","reasoning_content":"other"}',  # two texts: neither is dropped
+        b'{"role":"assistant","reasoning":"think","reasoning_content":"th\\u0069nk "}',
+        b'{"role":"assistant","reasoning":1,"reasoning_content":"think"}',  # not a string: left as it is
+        b'{"role":"assistant","reasoning":"think"}',  # already OpenRouter's name
+    ],
+)
+def test_a_message_the_table_leaves_alone_is_the_original_body(message: bytes) -> None:
+    body = b'{"messages":[' + message + b"]}"
+    assert spliced_or_full(body, fixed_route(PROVIDERS["openrouter"])).body is body
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=ROUTE_IDS)

@@ -11,16 +11,33 @@ unknown types, unknown fields, empty fragments and order travel as sent. Reasoni
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from numi_mw.core.details import thinking_text, visible_text
 from numi_mw.core.errors import ApiError, invalid_request
 from numi_mw.core.fields import HELD_FIELD, HELD_REASONING_FIELDS, PLAIN_FIELDS, THINKING_BLOCKS, rename, splice
 from numi_mw.core.providers import ReasoningField, Replay
 
+ABSENT: Final = 0
+"""A plain reasoning field that is absent or ``null`` (the reasoning / reasoning_content table's kinds)."""
+EMPTY: Final = 1
+"""A plain reasoning field that is the empty string."""
+TEXT: Final = 2
+"""A plain reasoning field that is a nonempty string."""
+
+
+def _kind(value: object) -> int | None:
+    """``value``'s kind for the table (``ABSENT``, ``EMPTY``, ``TEXT``), or ``None`` when it is not a string."""
+    if value is None:
+        return ABSENT
+    if isinstance(value, str):
+        return TEXT if value else EMPTY
+    return None
+
 
 def normalize_message(message: dict[str, Any], field: ReasoningField) -> bool:
-    """Apply the reasoning / reasoning_content table to one assistant message, in place.
+    """Apply the reasoning / reasoning_content table to one assistant message, in place (``apply_table``; a
+    message with a plain reasoning field that is neither a string nor ``null`` is left as it is).
 
     Args:
         message: an assistant message (decoded JSON object) numi_mw owns.
@@ -29,34 +46,56 @@ def normalize_message(message: dict[str, Any], field: ReasoningField) -> bool:
     Returns:
         Whether ``message`` changed.
     """
-    r = message.get("reasoning")  # a null field counts as absent (and goes when the other one is written)
+    r = message.get("reasoning")
     rc = message.get("reasoning_content")
-    if (r is not None and not isinstance(r, str)) or (rc is not None and not isinstance(rc, str)):
+    r_kind, rc_kind = _kind(r), _kind(rc)
+    if r_kind is None or rc_kind is None:
         return False
-    if rc is None:
-        if r is None:  # nothing but nulls (a client that keeps the last delta's null): nothing to send
-            nulls = [key for key in ("reasoning", "reasoning_content") if key in message]
+    return apply_table(message, field, r_kind, rc_kind, r_kind == TEXT and r == rc)
+
+
+def apply_table(message: dict[str, Any], field: ReasoningField, r: int, rc: int, same: bool) -> bool:
+    """Spec 004's reasoning / reasoning_content table ("Preserve reasoning across turns", with numi_mw's rows in
+    ``docs/providers.md``) on one assistant message, in place, from what its two plain fields are.
+
+    A ``null`` field counts as absent, and goes when the other one is written; a field that moves keeps its value
+    object as it is (``fields.rename``), so a caller may hold the values in any form (decoded, or ``msgspec.Raw``
+    in ``spliced``).
+
+    Args:
+        message: the assistant message, whose plain reasoning fields are strings or ``null`` where present.
+        field: the target provider's reasoning field.
+        r: the kind of ``reasoning`` (``ABSENT``, ``EMPTY`` or ``TEXT``).
+        rc: the kind of ``reasoning_content``.
+        same: both are ``TEXT`` and hold the same string.
+
+    Returns:
+        Whether ``message`` changed.
+    """
+    if rc == ABSENT:
+        if r == ABSENT:  # nothing but nulls (a client that keeps the last delta's null): nothing to send
+            nulls = [key for key in PLAIN_FIELDS if key in message]
             for key in nulls:
                 del message[key]
             return bool(nulls)
-        if r == "":
+        if r == EMPTY:
             del message["reasoning"]
             return True
         if field == "reasoning_content":
-            rename(message, "reasoning", "reasoning_content", r)
+            rename(message, "reasoning", "reasoning_content", message["reasoning"])
             return True
         if "reasoning_content" in message:  # a null beside the reasoning it would name: absent
             del message["reasoning_content"]
             return True
         return False
-    if rc == "":
-        if r == "":  # both empty: one representation, the explicit empty reasoning_content
+    if rc == EMPTY:
+        if r == EMPTY:  # both empty: one representation, the explicit empty reasoning_content
             del message["reasoning"]
             return True
         return False
-    if r is None or r == "" or r == rc:
+    if r != TEXT or same:
         if field == "reasoning":
-            rename(message, "reasoning_content", "reasoning", rc)
+            rename(message, "reasoning_content", "reasoning", message["reasoning_content"])
             return True
         if "reasoning" in message:
             del message["reasoning"]

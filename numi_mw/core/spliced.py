@@ -5,11 +5,15 @@ object inside a top-level array (every message of ``messages``, every tool of ``
 ``dict[str, msgspec.Raw]``: its keys, and each value as the bytes it came as, neither built nor copied. The
 request rules then run as they always do, on fewer objects (``prepare_messages``): a message the history rules
 cannot change (no internal metadata, no ``provider_specific_fields``, and not an assistant turn with a
-reasoning field) is not looked at again; the others get the values the rules read decoded (``role``, the plain
-reasoning text, and what the route's row of spec 000's filter reads besides) and go through
-``history.prepare_messages`` and ``history.normalize_messages``. msgspec's encoder writes every ``Raw`` back
-as its original bytes: numbers (``1e5``, ``1.10``), string escapes, spacing and duplicate keys inside a value
-no rule touched reach the upstream as the client wrote them.
+reasoning field) is not looked at again. When no message has internal metadata or ``provider_specific_fields``
+(one set of every message's keys shows it) and the route's filter keeps every message (``Route.keeps_details``),
+only spec 004's reasoning / reasoning_content table can change one, and it is read from the bytes of the two
+plain fields (``history.apply_table``: ``null``, ``""`` or another string). Otherwise the messages that may
+change get the values the rules read decoded (``role``, the plain reasoning text, and what the route's row of
+spec 000's filter reads besides) and go through ``history.prepare_messages`` and ``history.normalize_messages``.
+
+msgspec's encoder writes every ``Raw`` back as its original bytes: numbers (``1e5``, ``1.10``), string escapes,
+spacing and duplicate keys inside a value no rule touched reach the upstream as the client wrote them.
 
 The reasoning detail size limits (spec 004 "Reasoning detail") read a detail's fields only where its raw
 bytes could be over a limit: a JSON string's UTF-8 size never exceeds its encoded length (``check_limits``).
@@ -25,8 +29,9 @@ import msgspec
 from numi_mw.core.codec import is_utf8
 from numi_mw.core.details import MAX_DATA_BYTES, MAX_SIGNATURE_BYTES, MAX_TEXT_BYTES, check_detail_limits
 from numi_mw.core.fields import HELD_FIELD, HELD_REASONING_FIELDS, PLAIN_FIELDS, THINKING_BLOCKS
-from numi_mw.core.history import normalize_messages
+from numi_mw.core.history import ABSENT, EMPTY, TEXT, apply_table, normalize_messages
 from numi_mw.core.history import prepare_messages as filter_messages
+from numi_mw.core.providers import ReasoningField
 from numi_mw.core.routing import Route
 
 __all__ = ["decode", "encode", "prepare_messages"]
@@ -60,6 +65,9 @@ _LIMITS = (
     ("data", MAX_DATA_BYTES),
 )
 _ASSISTANT = Raw(b'"assistant"')
+_NULL = Raw(b"null")
+_EMPTY_STRING = Raw(b'""')
+_QUOTE = ord('"')
 _ROLE_BYTES = len(_ASSISTANT)
 _REASONING_KEYS = frozenset((*HELD_REASONING_FIELDS, HELD_FIELD))
 """Keys that make an assistant message one the history rules may change (a ``provider_specific_fields`` makes
@@ -95,9 +103,9 @@ def _is_assistant(role: Raw | None) -> bool:
     return len(role) > _ROLE_BYTES and _value.decode(role) == "assistant"  # written with escapes
 
 
-def _has_metadata(message: dict[str, Raw]) -> bool:
-    """Whether ``message`` has a key of internal metadata (one starting with ``_``)."""
-    return min(message, default="`") < "`" and any(key[:1] == "_" for key in message)  # "_" sorts below "`"
+def _has_metadata(keys: Collection[str]) -> bool:
+    """Whether ``keys`` (a message, or a set of keys) hold one of internal metadata (one starting with ``_``)."""
+    return min(keys, default="`") < "`" and any(key[:1] == "_" for key in keys)  # "_" sorts below "`"
 
 
 def _read_keys(route: Route) -> tuple[str, ...]:
@@ -127,32 +135,34 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
     Raises:
         ApiError: 400 ``invalid_request`` for a reasoning detail over its size limit (``details``).
     """
+    keys = set().union(*messages)  # every key of every message, in one pass
+    metadata = HELD_FIELD in keys or _has_metadata(keys)
+    if metadata:
+        pending = _pending(messages)
+    else:  # only an assistant turn with reasoning can change
+        pending = [
+            (i, None)
+            for i, message in enumerate(messages)
+            if not message.keys().isdisjoint(_REASONING_KEYS) and _is_assistant(message.get("role"))
+        ]
+    if not pending:
+        if body_size > MAX_SIGNATURE_BYTES:
+            check_limits(messages)
+        return False
+    if not metadata and route.keeps_details:  # the filter keeps every message: only the table can change one
+        changed = _apply_table(messages, pending, route.rules.reasoning_field)
+        if body_size > MAX_SIGNATURE_BYTES:
+            check_limits(messages)
+        return changed
     read: tuple[str, ...] = ()
     found: list[int] = []
     views: list[dict[str, Any]] = []
     decoded: list[dict[int, tuple[Any, Raw]]] = []
-    metadata = False
-    for i, message in enumerate(messages):
-        if message.keys().isdisjoint(_REASONING_KEYS):
-            if min(message, default="`") >= "`" or not _has_metadata(message):  # "_" sorts below "`"
-                continue  # neither rule can change it
-            wanted: Collection[str] = ()
-            metadata = True
-        elif HELD_FIELD in message:
-            wanted = message.keys()  # ``unheld`` reads every reasoning field
-            metadata = True
-        elif _is_assistant(message.get("role")):
-            wanted = read or (read := _read_keys(route))
-            if _has_metadata(message):
-                metadata = True
-        elif _has_metadata(message):
-            wanted = ()
-            metadata = True
-        else:
-            continue
+    for i, wanted in pending:
+        message = messages[i]
         view = dict(message)
         back: dict[int, tuple[Any, Raw]] = {}
-        for key in wanted:
+        for key in read or (read := _read_keys(route)) if wanted is None else wanted:
             raw = message.get(key)
             if raw is not None:
                 value = view[key] = _value.decode(raw)
@@ -160,10 +170,6 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
         found.append(i)
         views.append(view)
         decoded.append(back)
-    if not views:
-        if body_size > MAX_SIGNATURE_BYTES:
-            check_limits(messages)
-        return False
     filtered = views
     if metadata or not route.keeps_details:  # else the filter keeps every message as it is
         filtered = filter_messages(views, route.replay, reasoning=route.reasoning, preserve=route.preserve)
@@ -174,6 +180,53 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
     changed = changed or filtered is not views
     if body_size > MAX_SIGNATURE_BYTES:
         check_limits(messages)
+    return changed
+
+
+def _pending(messages: list[dict[str, Raw]]) -> list[tuple[int, Collection[str] | None]]:
+    """The messages either rule may change in a body with internal metadata or ``provider_specific_fields``, each
+    as its index and the keys whose values the rules read (``None``: those of ``_read_keys``)."""
+    pending: list[tuple[int, Collection[str] | None]] = []
+    for i, message in enumerate(messages):
+        if message.keys().isdisjoint(_REASONING_KEYS):
+            if _has_metadata(message):
+                pending.append((i, ()))
+        elif HELD_FIELD in message:
+            pending.append((i, message.keys()))  # ``unheld`` reads every reasoning field
+        else:
+            assistant = _is_assistant(message.get("role"))
+            if assistant or _has_metadata(message):
+                pending.append((i, None if assistant else ()))
+    return pending
+
+
+def _raw_kind(raw: Raw | None) -> int | None:
+    """The table's kind of a plain reasoning field held as ``Raw`` (``history.ABSENT``, ``EMPTY``, ``TEXT``), or
+    ``None`` when it is not a string: ``""`` is the only way to write the empty string, and a value the first pass
+    took that starts with a quote is a string."""
+    if raw is None or raw == _NULL:
+        return ABSENT
+    if raw == _EMPTY_STRING:
+        return EMPTY
+    return TEXT if memoryview(raw)[0] == _QUOTE else None
+
+
+def _apply_table(messages: list[dict[str, Any]], pending: list[tuple[int, Any]], field: ReasoningField) -> bool:
+    """Spec 004's reasoning / reasoning_content table (``history.apply_table``) on the assistant messages of
+    ``messages`` at ``pending``'s indices, read from their ``Raw`` values: a field that moves keeps its bytes.
+    Two plain fields with the same bytes hold the same text; with other bytes, they are decoded and compared
+    (escapes may write one text two ways). Returns whether any message changed."""
+    changed = False
+    for i, _ in pending:
+        message = messages[i]
+        r: Raw | None = message.get("reasoning")
+        rc: Raw | None = message.get("reasoning_content")
+        r_kind, rc_kind = _raw_kind(r), _raw_kind(rc)
+        if r_kind is None or rc_kind is None:
+            continue
+        same = r_kind == rc_kind == TEXT and (r == rc or _value.decode(r or _NULL) == _value.decode(rc or _NULL))
+        if apply_table(message, field, r_kind, rc_kind, same):
+            changed = True
     return changed
 
 
