@@ -4,6 +4,7 @@ upstream and back), ``rebuild`` (rebuild streamed reasoning details)."""
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import math
 import os
@@ -454,7 +455,7 @@ def _serve(args: argparse.Namespace) -> int:
     # With workers, each worker process builds its own app from the same arguments and the catalog read here once
     # (an app holds a pool, a lifespan and a replay store connection, none of which crosses a process boundary).
     config = uvicorn.Config(
-        app if args.workers == 1 else partial(_sidecar_app, args, catalog),
+        app if args.workers == 1 else partial(_worker_app, args, catalog),
         host=args.host,
         port=args.port,
         log_level=args.log_level,
@@ -471,12 +472,41 @@ def _serve(args: argparse.Namespace) -> int:
         sys.stderr.write(f"numi-mw serve: {problem}\n")
         return 2
     if args.workers == 1:
+        _settle_collector()
         uvicorn.Server(config).run()
     else:
         from uvicorn.supervisors import Multiprocess
 
         Multiprocess(config, sockets=[config.bind_socket()]).run()
     return 0
+
+
+COLLECTOR_THRESHOLDS = (10_000, 10, 10)
+"""The cycle collector's thresholds in a ``numi-mw serve`` process (``gc.set_threshold``; CPython's defaults are
+700, 10, 10): a collection of the youngest generation once container allocations outnumber frees by 10,000,
+not 700. A request through the sidecar leaves no reference cycle, so every collection finds next to nothing,
+and each one pauses every stream on the event loop; at 200 open streams the defaults collected about 30 times a
+second, 2 % of the process's time, with pauses of up to 27 ms (these thresholds: about once a second, pauses of
+up to 6 ms). ``docs/sidecar.md`` ("The server") has the measurements."""
+
+
+def _settle_collector() -> None:
+    """Settle the cycle collector of a sidecar process whose app is built: one full collection of what start-up
+    left (argument parsing, imports), then ``gc.freeze`` moves every object left into the permanent generation,
+    which no collection walks again, and the thresholds become ``COLLECTOR_THRESHOLDS``. Called once per process
+    (each worker settles its own) just before it serves; an app the caller serves itself (``proxy.create_app``)
+    leaves its process's collector alone."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
+
+
+def _worker_app(args: argparse.Namespace, catalog: Catalog | None) -> Starlette:
+    """The app factory of ``numi-mw serve --workers N`` (N > 1): each worker process builds its own sidecar app
+    (``_sidecar_app``) and settles its collector (``_settle_collector``)."""
+    app = _sidecar_app(args, catalog)
+    _settle_collector()
+    return app
 
 
 def _sidecar_app(args: argparse.Namespace, catalog: Catalog | None) -> Starlette:

@@ -13,7 +13,7 @@ import pytest
 
 from numi_mw.cli import main
 from numi_mw.core import build as core_build
-from tests.e2e_support import numi_mw_command
+from tests.e2e_support import free_port, numi_mw_command
 
 
 def run(args: list[str], stdin: bytes) -> subprocess.CompletedProcess[bytes]:
@@ -542,3 +542,49 @@ def test_every_option_says_its_default_in_its_help() -> None:
     assert len(actions) > 20
     missing = [name for name, action in actions if "default" not in action.help and "required" not in action.help]
     assert missing == []
+
+
+def _record_the_collector(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What ``numi-mw serve`` does to the cycle collector, in order; the real ``gc`` functions are not called and
+    uvicorn configures no logging, so this test process's collector and loggers stay as they are."""
+    import gc
+    import logging
+
+    from numi_mw import cli
+
+    monkeypatch.setattr(cli, "log_config", lambda level, style: None)  # this process's logging stays as it is
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi"):  # uvicorn.Config sets their levels
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "level", logger.level)
+    calls: list[Any] = []
+    monkeypatch.setattr(gc, "collect", lambda *args: calls.append("collect") or 0)
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(gc, "set_threshold", lambda *thresholds: calls.append(thresholds))
+    return calls
+
+
+def test_serve_freezes_what_start_up_left_and_raises_the_collector_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+
+    calls = _record_the_collector(monkeypatch)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server, sockets=None: calls.append("serve"))
+    assert main(["serve", "--upstream", "http://127.0.0.1:8000/v1", "--port", str(free_port())]) == 0
+    assert calls == ["collect", "freeze", (10_000, 10, 10), "serve"]
+
+
+def test_each_worker_settles_its_own_collector_once_its_app_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    from starlette.applications import Starlette
+    from uvicorn.supervisors import Multiprocess
+
+    calls = _record_the_collector(monkeypatch)
+
+    def one_worker(supervisor: Multiprocess) -> None:  # what a worker process does first: build its app
+        for sock in supervisor.sockets:
+            sock.close()
+        calls.append("build")
+        calls.append(type(supervisor.config.app()).__name__)
+
+    monkeypatch.setattr(Multiprocess, "run", one_worker)
+    port = str(free_port())
+    assert main(["serve", "--upstream", "http://127.0.0.1:8000/v1", "--port", port, "--workers", "2"]) == 0
+    assert calls == ["build", "collect", "freeze", (10_000, 10, 10), Starlette.__name__]
