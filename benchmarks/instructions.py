@@ -37,6 +37,8 @@ upstream client included:
   default upstream transport, the harness's 2 KB request, buffered and with ``"stream":true`` (the 40-event
   stream);
 - ``sidecar.buffered.aiohttp``, ``sidecar.stream.aiohttp``: the same with ``--upstream-transport aiohttp``;
+- ``sidecar.buffered_new_connection.aiohttp``: the buffered request on aiohttp, each on a new connection
+  (``Connection: close``), as the ``latency`` case's stream client opens one per stream;
 - ``floor.passthrough_buffered``, ``floor.passthrough_stream``: the same requests through the same-stack
   pass-through (``benchmarks.passthrough``: Starlette, httpx and uvicorn without a rule).
 
@@ -90,6 +92,7 @@ SERVER_WORKLOADS: dict[str, int] = {
     "sidecar.stream.httpcore": 100,
     "sidecar.buffered.aiohttp": 300,
     "sidecar.stream.aiohttp": 100,
+    "sidecar.buffered_new_connection.aiohttp": 300,
     "floor.passthrough_buffered": 300,
     "floor.passthrough_stream": 100,
 }
@@ -211,11 +214,14 @@ def _server_command(name: str, upstream: str, port: int) -> list[str]:
     return numi_mw_serve(upstream, port, "--provider", "openrouter", transport=name.rsplit(".", 1)[1])
 
 
-async def _send_requests(url: str, body: bytes, marker: bytes, count: int) -> None:
-    """``count`` requests to ``url``, one at a time; raises unless each is a 200 holding ``marker``."""
+async def _send_requests(url: str, body: bytes, marker: bytes, count: int, *, close: bool = False) -> None:
+    """``count`` requests to ``url``, one at a time, each on a new connection when ``close``; raises unless each is
+    a 200 holding ``marker``."""
     import httpx
 
     headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
+    if close:
+        headers["connection"] = "close"
     async with httpx.AsyncClient(timeout=120.0, trust_env=False) as client:
         for _ in range(count):
             response = await client.post(url, content=body, headers=headers)
@@ -236,6 +242,11 @@ def _dumped_total(folder: str, pid: int, before: set[str]) -> int:
                 return int(found.group(1))
         time.sleep(0.2)
     raise RuntimeError(f"callgrind wrote no dump for process {pid} within 120 s")
+
+
+def _new_connections(name: str) -> bool:
+    """Whether server workload ``name`` sends each request on a new connection."""
+    return "new_connection" in name
 
 
 def _request(name: str) -> tuple[bytes, bytes]:
@@ -272,7 +283,7 @@ def _count_server(name: str, n: int) -> int:
         totals = []
         for count in (max(1, n // 4), n, 2 * n):  # the first batch warms the process up and is not counted
             subprocess.run(["callgrind_control", "--zero", str(pid)], capture_output=True, timeout=120, check=True)
-            asyncio.run(_send_requests(url, body, marker, count))
+            asyncio.run(_send_requests(url, body, marker, count, close=_new_connections(name)))
             subprocess.run(["callgrind_control", "--dump", str(pid)], capture_output=True, timeout=120, check=True)
             totals.append(_dumped_total(folder, pid, seen))
         return (totals[2] - totals[1]) // n

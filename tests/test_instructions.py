@@ -35,4 +35,5 @@ def test_a_server_workload_serves_its_requests(name: str) -> None:
     body, marker = instructions._request(name)
     assert marker == (b"data: [DONE]" if "stream" in name else b'"choices"')
     with instructions._serving(name, None) as (_, url):
-        asyncio.run(instructions._send_requests(url, body, marker, 2))  # raises unless both answers hold the marker
+        close = instructions._new_connections(name)
+        asyncio.run(instructions._send_requests(url, body, marker, 2, close=close))  # raises unless both hold it
