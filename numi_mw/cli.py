@@ -4,6 +4,7 @@ upstream and back), ``rebuild`` (rebuild streamed reasoning details)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import logging
 import math
@@ -473,7 +474,8 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if args.workers == 1:
         _settle_collector()
-        uvicorn.Server(config).run()
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C once the server has shut down, as uvicorn.run takes it
+            uvicorn.Server(config).run()
     else:
         from uvicorn.supervisors import Multiprocess
 

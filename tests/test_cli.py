@@ -588,3 +588,25 @@ def test_each_worker_settles_its_own_collector_once_its_app_is_built(monkeypatch
     port = str(free_port())
     assert main(["serve", "--upstream", "http://127.0.0.1:8000/v1", "--port", port, "--workers", "2"]) == 0
     assert calls == ["build", "collect", "freeze", (10_000, 10, 10), Starlette.__name__]
+
+
+def test_ctrl_c_stops_one_worker_cleanly_and_sigterm_ends_it_by_its_signal() -> None:
+    """As ``uvicorn.run`` does: Ctrl-C (SIGINT) exits 0 with no traceback once the server has shut down; SIGTERM
+    shuts down the same way and then ends the process by that signal, so a supervisor sees it."""
+    import signal
+
+    from tests.e2e_support import wait_for_port
+
+    for sent, status in ((signal.SIGINT, 0), (signal.SIGTERM, -signal.SIGTERM)):
+        port = free_port()
+        command = [*numi_mw_command(), "serve", "--upstream", "http://127.0.0.1:8000/v1", "--port", str(port)]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_for_port(port, process)
+            process.send_signal(sent)
+            _, stderr = process.communicate(timeout=30)
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+        assert process.returncode == status, stderr.decode()
+        assert b"Traceback" not in stderr and b"Finished server process" in stderr
