@@ -487,9 +487,8 @@ COLLECTOR_THRESHOLDS = (10_000, 10, 10)
 """The cycle collector's thresholds in a ``numi-mw serve`` process (``gc.set_threshold``; CPython's defaults are
 700, 10, 10): a collection of the youngest generation once container allocations outnumber frees by 10,000,
 not 700. A request through the sidecar leaves no reference cycle, so every collection finds next to nothing,
-and each one pauses every stream on the event loop; at 200 open streams the defaults collected about 30 times a
-second, 2 % of the process's time, with pauses of up to 27 ms (these thresholds: about once a second, pauses of
-up to 6 ms). ``docs/sidecar.md`` ("The server") has the measurements."""
+and each one pauses every stream on the event loop. ``docs/performance.md`` ("The cycle collector") has the
+measurements."""
 
 
 def _settle_collector() -> None:
