@@ -395,17 +395,27 @@ DETAIL = st.lists(
 )
 
 
+def _escape_keys(data: bytes) -> bytes:
+    """``data`` with every limited key written with an escape (``"te\\u0078t"`` for ``"text"``): the generated
+    strings hold no letter of one, so only keys are rewritten."""
+    for key in SMALL_LIMITS:
+        data = data.replace(b'"' + key + b'"', b'"' + key[:2] + b"\\u%04x" % key[2] + key[3:] + b'"')
+    return data
+
+
 @settings(max_examples=1000, deadline=None)
 @given(
     details=st.lists(st.one_of(DETAIL, DETAIL, DETAIL_VALUE), min_size=1, max_size=3),
     style=st.tuples(st.sampled_from(["", " ", "\n  "]), st.sampled_from([":", ": ", " : "]), st.just(False)) | STYLE,
+    escaped_keys=st.booleans(),
 )
 def test_the_byte_look_at_a_detail_list_never_misses_a_field_over_its_limit(
-    details: list[Any], style: tuple[str, str, bool]
+    details: list[Any], style: tuple[str, str, bool], escaped_keys: bool
 ) -> None:
     """``may_exceed`` answers ``False`` only for bytes whose decode holds no field over its limit: whatever the
-    spacing, repeated keys, nesting, quotes, colons and braces inside strings, escapes or non-ASCII text."""
-    data = dump(details, style).encode()
+    spacing, repeated keys, nesting, quotes, colons and braces inside strings, escapes, keys written with
+    escapes or non-ASCII text."""
+    data = _escape_keys(dump(details, style).encode()) if escaped_keys else dump(details, style).encode()
     if _over(json.loads(data), SMALL_LIMITS):
         assert spliced.may_exceed(data, SMALL_LIMITS)
 
@@ -418,7 +428,14 @@ def test_the_byte_look_at_a_detail_list_never_misses_a_field_over_its_limit(
         (b'[{"signature":"abcd"}]', True),
         (b'[{"x":{"signature":"abcd"}}]', True),  # nesting is not followed: the decode decides
         (b'[{"sign":"abcdefghijklmnop","text":"a:b,{c}"}]', False),
-        (b'[{"sig\\u006eature":"abcd"}]', True),  # an escape anywhere: the decode decides
+        (b'[{"sig\\u006eature":"abcd"}]', True),  # a long value of a key written with an escape: the decode decides
+        (b'[{"d\\u0061ta":"ab"}]', False),  # a short one: within every limit, however its key is written
+        (b'[{"data":"ab\\"cdefghij"}]', False),  # an escaped quote is inside its string: 12 bytes between quotes
+        (b'[{"data":"ab\\"cdefghijk"}]', True),  # 13 between them (12 decoded, at the limit): the decode decides
+        (b'[{"x":"\\\\","data":"0123456789ab"}]', False),  # an escaped backslash before a quote that closes
+        (b'[{"x":"\\\\","data":"0123456789abc"}]', True),
+        (b'[{"x":"\\"data\\":\\"0123456789abcdef"}]', False),  # a field written inside a string is no field
+        (b'[{"text":"a\\n\\n\\n\\n"}]', True),  # 9 bytes between the quotes (5 decoded): the bytes are an upper bound
         (b'["abcdefghijklmnop"]', False),  # an array's item is no field
         (b'[{"abcdefghijklmnop":1}]', False),  # a long key is no value
         (b'[{"text":"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"}]', True),  # 10 bytes of UTF-8: over 8
@@ -430,11 +447,88 @@ def test_the_byte_look_at_a_detail_list_on_handed_bytes(data: bytes, expected: b
 
 
 def test_the_8mb_bodys_encrypted_detail_is_read_once() -> None:
-    """The harness's 8 MB body: its 6 MB ``data`` string is within its 8 MiB limit, which the bytes show."""
+    """The harness's 8 MB body: its 6 MB ``data`` string is within its 8 MiB limit, which the bytes show, both the
+    detail list's and the whole body's (which holds escaped quotes in a tool call's arguments)."""
     body = payloads.body_8mb()
     details = _raw_messages(body)[2]["reasoning_details"]
     assert len(details) > 6_000_000
+    assert b'\\"' in body
     assert not spliced.may_exceed(details, spliced._FIELD_LIMITS)
+    assert not spliced.may_exceed(body, spliced._FIELD_LIMITS)
+
+
+def test_the_limits_of_a_large_body_are_read_from_the_body_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 8 MB body on the spliced path: one look at the body's own bytes answers for its 6 MB detail list, which
+    is not copied out to be looked at alone."""
+    body = payloads.body_8mb()
+    looked: list[int] = []
+    may_exceed = spliced.may_exceed
+
+    def recording(data: bytes, limits: Any, **options: int) -> bool:
+        looked.append(len(data))
+        return may_exceed(data, limits, **options)
+
+    monkeypatch.setattr(spliced, "may_exceed", recording)
+    prepared = prepare_request(body, fixed_route(PROVIDERS["openrouter"]))
+    assert prepared.changed
+    assert looked == [len(body)]
+
+
+def _large_detail_body(field: str, size: int, *, user_text: int = 0, strings: int = 0) -> bytes:
+    """A body whose assistant turn holds one detail with a ``size``-byte ``field``, after a user turn whose text
+    part is ``user_text`` bytes long and ``strings`` short strings in a list."""
+    user = {"role": "user", "content": [{"type": "text", "text": "u" * user_text}], "tags": ["t"] * strings}
+    detail = {"type": "reasoning.text", "text": "ok", field: "s" * size}
+    assistant = {"role": "assistant", "content": "x", "reasoning_details": [detail]}
+    return json.dumps({"model": "m", "messages": [user, assistant]}).encode()
+
+
+@pytest.mark.parametrize(
+    ("user_text", "strings"),
+    [(0, 0), (5 << 20, 0), (0, 2000)],
+    ids=["the-body-shows-it", "a-long-text-elsewhere", "too-many-strings-to-walk"],
+)
+def test_a_large_detail_list_is_checked_whatever_the_rest_of_the_body_holds(user_text: int, strings: int) -> None:
+    """When the whole body cannot show the limits (a user's 5 MiB text part, longer than the text limit, or more
+    strings than are walked), the detail list is looked at alone: a signature one byte over 1 MiB is refused, one
+    at it goes upstream as sent."""
+    route = fixed_route(PROVIDERS["openrouter"])
+    over = _large_detail_body("signature", (1 << 20) + 1, user_text=user_text, strings=strings)
+    with pytest.raises(ApiError) as caught:
+        prepare_request(over, route)
+    assert (caught.value.status, caught.value.code, caught.value.param) == (
+        400,
+        "invalid_request",
+        "messages[1].reasoning_details[0].signature",
+    )
+    at = _large_detail_body("signature", 1 << 20, user_text=user_text, strings=strings)
+    prepared = prepare_request(at, route)
+    assert (prepared.changed, prepared.body) == (False, at)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    details=st.lists(st.one_of(DETAIL, DETAIL, DETAIL_VALUE), min_size=1, max_size=3),
+    around=st.lists(DETAIL_VALUE, max_size=3),
+    style=STYLE,
+    escaped_keys=st.booleans(),
+)
+def test_the_byte_look_at_a_whole_body_never_misses_a_detail_field_over_its_limit(
+    details: list[Any], around: list[Any], style: tuple[str, str, bool], escaped_keys: bool
+) -> None:
+    """``may_exceed`` on a whole body (what ``check_limits`` asks first) answers ``False`` only when no detail of
+    it holds a field over its limit, whatever the messages around the details hold."""
+    body = dump(
+        [
+            ("messages", [[("role", "user"), ("content", value)] for value in around]),
+            ("tail", [[("role", "assistant"), ("reasoning_details", details)]]),
+        ],
+        style,
+    ).encode()
+    if escaped_keys:
+        body = _escape_keys(body)
+    if _over(json.loads(body)["tail"][0]["reasoning_details"], SMALL_LIMITS):
+        assert spliced.may_exceed(body, SMALL_LIMITS)
 
 
 @pytest.mark.parametrize("key", ["signature", "sig\\u006eature"])

@@ -254,7 +254,7 @@ def prepare_spliced(body: bytes, route: Route) -> PreparedRequest | None:
     notes: list[str] = []
     if prepare_controls(data, controls, route, notes):
         changed = True
-    if "messages" in data and spliced.prepare_messages(data["messages"], route, len(body)):
+    if "messages" in data and spliced.prepare_messages(data["messages"], route, body):
         changed = True
     stream = data.get("stream") is True
     return PreparedRequest(spliced.encode(data) if changed else body, changed, controls, stream, route, None, notes)

@@ -118,7 +118,7 @@ def _read_keys(route: Route) -> tuple[str, ...]:
     return tuple(keys)
 
 
-def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: int) -> bool:
+def prepare_messages(messages: list[dict[str, Any]], route: Route, body: bytes) -> bool:
     """Spec 000's message preparation filter and spec 004's reasoning / reasoning_content table on the messages
     of a body from ``decode``, in place, then the detail size limits on what goes upstream; the history rules
     themselves are ``history.prepare_messages`` and ``history.normalize_messages``.
@@ -127,7 +127,8 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
         messages: ``decode``'s messages (each a ``dict[str, msgspec.Raw]``); the ones that change are replaced
             by dicts that mix decoded values (those the rules wrote) with ``Raw`` ones (the rest).
         route: the request's route.
-        body_size: the body's size in bytes (no detail can be over its limit in a body of at most 1 MiB).
+        body: the request body ``messages`` came from (no detail can be over its limit in a body of at most
+            1 MiB; a larger one is where ``check_limits`` looks first).
 
     Returns:
         Whether any message changed.
@@ -146,13 +147,13 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
             if not message.keys().isdisjoint(_REASONING_KEYS) and _is_assistant(message.get("role"))
         ]
     if not pending:
-        if body_size > MAX_SIGNATURE_BYTES:
-            check_limits(messages)
+        if len(body) > MAX_SIGNATURE_BYTES:
+            check_limits(messages, body)
         return False
     if not metadata and route.keeps_details:  # the filter keeps every message: only the table can change one
         changed = _apply_table(messages, pending, route.rules.reasoning_field)
-        if body_size > MAX_SIGNATURE_BYTES:
-            check_limits(messages)
+        if len(body) > MAX_SIGNATURE_BYTES:
+            check_limits(messages, body)
         return changed
     read: tuple[str, ...] = ()
     found: list[int] = []
@@ -178,8 +179,8 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body_size: in
         if out is not view or changed:
             messages[i] = _spliced(back, out)
     changed = changed or filtered is not views
-    if body_size > MAX_SIGNATURE_BYTES:
-        check_limits(messages)
+    if len(body) > MAX_SIGNATURE_BYTES:
+        check_limits(messages, body)
     return changed
 
 
@@ -242,20 +243,37 @@ def _spliced(back: dict[int, tuple[Any, Raw]], out: dict[str, Any]) -> dict[str,
     return spliced
 
 
-def check_limits(messages: list[dict[str, Any]]) -> None:
+def check_limits(messages: list[dict[str, Any]], body: bytes | None = None) -> None:
     """``details.check_detail_limits`` on messages from ``prepare_messages``, decoding only the detail fields
     whose raw bytes are over their limit: a JSON string's UTF-8 size never exceeds its encoded length (an escape
     is at least as long as what it stands for), so a shorter one cannot be over it.
+
+    A detail list held as ``Raw`` is looked at only when it is over 1 MiB (the smallest limit). The first such
+    list asks ``may_exceed`` of the whole ``body`` the messages came from, when it is given: ``body`` is
+    ``bytes`` already, so its quotes are found without a copy, and a ``False`` there answers for every ``Raw``
+    list in it. When the body cannot show it, each large list is copied out and asked on its own.
+
+    Args:
+        messages: the messages, each a dict whose ``reasoning_details`` is a ``Raw``, a decoded list or absent.
+        body: the request body the ``Raw`` values are slices of, or ``None``.
 
     Raises:
         ApiError: what ``check_detail_limits`` raises, for the same field.
     """
     checked: list[Any] | None = None
+    body_shows: bool | None = None  # whether ``body`` shows every ``Raw`` list within its limits (asked once)
     for i, message in enumerate(messages):
         details = message.get("reasoning_details")
         if type(details) is Raw:
             raw: Raw = details
-            if len(raw) <= MAX_SIGNATURE_BYTES or not may_exceed(bytes(memoryview(raw)), _FIELD_LIMITS):
+            if len(raw) <= MAX_SIGNATURE_BYTES:
+                continue
+            if body is not None:
+                if body_shows is None:
+                    body_shows = not may_exceed(body, _FIELD_LIMITS, **_BODY_WALK)
+                if body_shows:
+                    continue
+            if not may_exceed(bytes(memoryview(raw)), _FIELD_LIMITS):
                 continue
             try:
                 details = [_suspects(detail) for detail in _details.decode(raw)]
@@ -270,44 +288,64 @@ def check_limits(messages: list[dict[str, Any]]) -> None:
         check_detail_limits(checked)
 
 
-def may_exceed(data: bytes, limits: Mapping[bytes, int]) -> bool:
-    """Whether a field named in ``limits`` may hold a string over its limit in ``data``, the bytes of a
-    ``reasoning_details`` array: ``False`` only when that is proven from the bytes alone.
+def may_exceed(data: bytes, limits: Mapping[bytes, int], *, max_quotes: int = 1024, bytes_per_quote: int = 0) -> bool:
+    """Whether a field named in ``limits`` may hold a string over its limit in ``data`` (JSON bytes: a
+    ``reasoning_details`` array, or a whole request body): ``False`` only when that is proven from the bytes.
 
-    Proven when ``data`` holds no backslash (so no escape: every quote delimits a string, every key is written
-    as itself and a string's UTF-8 size is its length between the quotes) and no string longer than its limit
-    is the value of a key named in ``limits``, at whatever depth: a detail's field is such a value, and a key
-    or an array's item never is (``"data": "..."`` in a detail of 6 MB needs no decode). A backslash, or a long
-    value of a limited key even deeper than a detail's own fields, leaves the answer to the decode
-    (``check_limits``). Only the quotes are visited, each found by ``bytes.find``: a large detail of encrypted
-    data has a dozen of them.
+    Only the quotes are visited, each found by ``bytes.find``: a large detail of encrypted data has a dozen of
+    them, and the bytes between two quotes are not read again. A quote after an odd run of backslashes is
+    escaped, inside a string; every other quote opens or closes one (in valid JSON a backslash appears only
+    inside a string). So the quotes show every string, and its length between them is at least its UTF-8 size
+    (an escape is at least as long as what it stands for). No string longer than its limit that is the value of
+    a key named in ``limits``, at whatever depth, proves it: a detail's field is such a value, and a key or an
+    array's item never is (``"data": "..."`` in a detail of 6 MB needs no decode). A long value of a limited
+    key even deeper than a detail's own fields, a long value whose key is written with an escape
+    (``"sig\\u006eature"``), or more quotes than the walk allows leaves the answer to the decode
+    (``check_limits``).
 
     Args:
-        data: JSON bytes the first pass took (valid JSON).
+        data: JSON bytes the first pass took (valid JSON, valid UTF-8).
         limits: the limit in bytes of each field name, as bytes (``text``: ``MAX_TEXT_BYTES`` and so on).
+        max_quotes: the most quotes walked before the answer is left to the decode.
+        bytes_per_quote: when not 0, the walk also allows one more quote per this many bytes of ``data`` it has
+            passed: a body of many short strings is left to the decode after its first few, where walking it
+            would cost more than looking at its large detail lists alone.
     """
-    if b"\\" in data:
-        return True
     smallest = min(limits.values())
     quotes: list[int] = []
     at = data.find(b'"')
     while at >= 0:
-        if len(quotes) >= _MAX_QUOTES:
-            return True  # a detail list of many strings: the decode costs less than walking them
+        if data[at - 1] == _BACKSLASH and _escaped(data, at):
+            at = data.find(b'"', at + 1)
+            continue
+        if len(quotes) >= max_quotes + (at // bytes_per_quote if bytes_per_quote else 0):
+            return True  # many strings: the decode costs less than walking them
         quotes.append(at)
         at = data.find(b'"', at + 1)
     for k in range(2, len(quotes), 2):
         size = quotes[k + 1] - quotes[k] - 1
         if size <= smallest or data[quotes[k - 1] + 1 : quotes[k]].strip() != b":":
             continue  # short, or not a value (a key, an array's item): no detail field
-        limit = limits.get(data[quotes[k - 2] + 1 : quotes[k - 1]])  # the key before the colon
-        if limit is not None and size > limit:
+        key = data[quotes[k - 2] + 1 : quotes[k - 1]]  # the key before the colon
+        limit = limits.get(key)
+        if (limit is not None and size > limit) or (limit is None and b"\\" in key):
             return True
     return False
 
 
-_MAX_QUOTES = 1024
-"""The most quotes ``may_exceed`` walks (512 strings) before it leaves the answer to the decode."""
+def _escaped(data: bytes, at: int) -> bool:
+    """Whether the quote at ``at`` in ``data`` follows an odd run of backslashes (``\\"``, not ``\\\\"``)."""
+    start = at - 1
+    while start > 0 and data[start - 1] == _BACKSLASH:
+        start -= 1
+    return (at - start) % 2 == 1
+
+
+_BACKSLASH = ord("\\")
+_BODY_WALK = {"max_quotes": 64, "bytes_per_quote": 16 * 1024}
+"""How far ``check_limits`` walks a whole body's quotes before it looks at each large detail list alone: 64, and
+one more per 16 KiB passed (a quote costs the walk about as much as copying 2 KiB; the harness's 8 MB body has
+178 quotes)."""
 _FIELD_LIMITS = {field.encode(): limit for field, limit in _LIMITS}
 
 
