@@ -298,6 +298,64 @@ def test_any_chunking_gives_the_same_events(pieces: list[bytes], cuts: list[int]
     assert decode(*split_at(stream, cuts)) == whole
 
 
+class _LineParser(SSEDecoder):
+    """The decoder without its fast path for chunks at an event boundary: every byte through the line parser."""
+
+    def _feed_simple(self, chunk: bytes) -> list[SSEEvent]:
+        self._buf += chunk
+        return self._parse(final=False)
+
+
+_LINES = st.sampled_from(
+    [
+        b"event: content_block_delta\n",
+        b"event:\n",
+        b"event:  x\n",
+        b"eventful: x\n",
+        b'data: {"type":"ping"}\n',
+        b"data:\n",
+        b"data: \n",
+        b"data\n",
+        b": ping\n",
+        b"id: 3\n",
+        b"x\n",
+        b"\xef\xbb\xbfdata: b\n",
+    ]
+)
+_FRAMED_EVENTS = st.lists(_LINES, max_size=3).map(lambda lines: b"".join(lines) + b"\n")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    events=st.lists(st.one_of(_FRAMED_EVENTS, _FRAMED_EVENTS, _PIECES), max_size=16),
+    cuts=st.lists(st.integers(0, 600), max_size=8),
+)
+def test_the_fast_path_cuts_the_events_the_line_parser_does(events: list[bytes], cuts: list[int]) -> None:
+    """Chunks at an event boundary are cut without the line parser (one ``data:`` line, ``event:`` then ``data:``,
+    a comment, a lone blank line): every event, its fields and its bytes, as the line parser gives them, whether
+    the chunks are cut anywhere or are one event each (after a first one, since the stream's first bytes always
+    go to the line parser)."""
+    stream = b": first\n\n" + b"".join(events)
+    for chunks in (split_at(stream, cuts), [e.raw for e in decode(stream)]):
+        line_parser = _LineParser()
+        expected = [e for chunk in chunks for e in line_parser.feed(chunk)] + line_parser.flush()
+        assert decode(*chunks) == expected
+
+
+def test_the_fast_path_on_anthropic_framing_exact_values() -> None:
+    decoder = SSEDecoder()
+    decoder.feed(b": first\n\n")  # past the start of the stream (a BOM could open it)
+    assert decoder.feed(b'event: ping\ndata: {"type": "ping"}\n\nevent:x\ndata:\n\n\n: c\n\ndata: d\n\nevent: e\n') == [
+        SSEEvent(b'event: ping\ndata: {"type": "ping"}\n\n', b'{"type": "ping"}', "ping"),
+        SSEEvent(b"event:x\ndata:\n\n", b"", "x"),
+        SSEEvent(b"\n"),
+        SSEEvent(b": c\n\n", None, None, None, True),
+        SSEEvent(b"data: d\n\n", b"d"),
+    ]
+    assert decoder.feed(b"data: f\n\n") == [SSEEvent(b"event: e\ndata: f\n\n", b"f", "e")]
+    assert decoder.feed(b"event: g\ndata: h\nid: 3\n\n") == [SSEEvent(b"event: g\ndata: h\nid: 3\n\n", b"h", "g", "3")]
+
+
 @settings(max_examples=200, deadline=None)
 @given(stream=st.binary(max_size=300), cuts=st.lists(st.integers(0, 300), max_size=8))
 def test_any_chunking_of_arbitrary_bytes(stream: bytes, cuts: list[int]) -> None:
@@ -333,6 +391,50 @@ def test_single_data_exact_values() -> None:
     decoder.feed(b"data: par")
     assert decoder.single_data(b"data: b\n\n") is None  # bytes of an event are buffered
     assert decoder.feed(b"tial\n\n") == [SSEEvent(raw=b"data: partial\n\n", data=b"partial")]
+
+
+def test_framed_data_exact_values() -> None:
+    decoder = SSEDecoder()
+    assert decoder.framed_data(b'event: ping\ndata: {"type": "ping"}\n\n') == b'{"type": "ping"}'
+    assert decoder.framed_data(b"event:x\ndata:y\n\n") == b"y"
+    assert decoder.framed_data(b"event: x\ndata:\n\n") == b""
+    assert decoder.framed_data(b"data:  two\n\n") == b" two"
+    assert decoder.framed_data(b"data: [DONE]\n\n") == b"[DONE]"
+    for chunk in (
+        b"\xef\xbb\xbfevent: x\ndata: a\n\n",  # a BOM goes to feed
+        b"event: x\n\n",  # no data
+        b"event: x\nid: 1\ndata: a\n\n",  # another field
+        b"event: x\ndata: a\ndata: b\n\n",  # two data lines
+        b"data: a\nevent: x\n\n",  # the name after the data
+        b"event: x\ndata: a\n\nevent: y\ndata: b\n\n",  # two events
+        b"event: x\r\ndata: a\r\n\r\n",  # CR line ends
+        b"event: x\ndata: a\rb\n\n",
+        b"event: x\ndata: a\n",  # not finished
+        b"event: x\ndata: a\nb",  # a third line begun
+        b"data: a\nb",
+        b"event: x",
+        b": comment\n\n",
+        b"\n\n",
+        b"",
+    ):
+        assert decoder.framed_data(chunk) is None, chunk
+    decoder.feed(b"event: x\ndata: par")
+    assert decoder.framed_data(b"data: b\n\n") is None  # bytes of an event are buffered
+    assert decoder.feed(b"tial\n\n") == [SSEEvent(b"event: x\ndata: partial\n\n", b"partial", "x")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(event=_FRAMED_EVENTS, first=st.booleans())
+def test_framed_data_is_the_data_feed_gives(event: bytes, first: bool) -> None:
+    """When ``framed_data`` takes a chunk, ``feed`` would give exactly one event for it, with that data."""
+    fast, general = SSEDecoder(), SSEDecoder()
+    if not first:  # past the start of the stream
+        fast.feed(b": c\n\n")
+        general.feed(b": c\n\n")
+    data = fast.framed_data(event)
+    if data is not None:
+        events = general.feed(event)
+        assert [(e.raw, e.data) for e in events] == [(event, data)]
 
 
 def decode_with_fast_path(*chunks: bytes) -> list[tuple[bytes, bytes | None]]:

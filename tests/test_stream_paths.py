@@ -1,7 +1,7 @@
 """The stream rewriters' per-event paths against a reference without any of them, on every recorded stream.
 
 ``SSERewriter`` takes an event that comes as one chunk without building an ``SSEEvent``
-(``SSEDecoder.single_data``), passes an event that cannot hold reasoning as its bytes without decoding it (the
+(``SSEDecoder.single_data``; ``NativeSSERewriter`` one of an ``event:`` and a ``data:`` line, ``framed_data``), passes an event that cannot hold reasoning as its bytes without decoding it (the
 prefilter, and ``ChunkNormalizer.close_before`` when reasoning is open), reads the first chunk's head only when
 the stream breaks off, and normalizes the common chunk on ``ChunkNormalizer``'s fast paths. ``ReferenceRewriter``
 below is the plain algorithm: every chunk through ``SSEDecoder.feed``, every data event decoded in full and

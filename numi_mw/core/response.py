@@ -519,6 +519,9 @@ class NativeSSERewriter:
         """
         if self._done:
             return b""
+        data = self._decoder.framed_data(chunk)  # one whole event, as upstreams send them
+        if data is not None:
+            return self._data(data)
         try:
             events = self._decoder.feed(chunk)
         except EventTooLarge as exc:
@@ -559,25 +562,28 @@ class NativeSSERewriter:
                 if event.is_comment_only:
                     out.append(event.raw)
                 continue
-            if data == b"[DONE]":
-                continue
-            try:
-                value = _decode(data)
-            except (msgspec.DecodeError, RecursionError):
-                value = codec.decode_fallback(data)
-                if value is codec.UNDECODABLE:
-                    out.append(self._break_off(_UNREADABLE))
-                    break
-            try:
-                chunks = self._translator.event(value)
-            except ApiError as error:
-                out.append(self._break_off(error))
-                break
-            if chunks:
-                out.append(self._send(chunks))
-            if self._translator.done:
-                out.append(self._close())
+            out.append(self._data(data))
         return b"".join(out)
+
+    def _data(self, data: bytes) -> bytes:
+        """The bytes to send for one event's ``data``: its chunks, and the closing events after the terminal one
+        (or the error event instead)."""
+        if data == b"[DONE]":
+            return b""
+        try:
+            value = _decode(data)
+        except (msgspec.DecodeError, RecursionError):
+            value = codec.decode_fallback(data)
+            if value is codec.UNDECODABLE:
+                return self._break_off(_UNREADABLE)
+        try:
+            chunks = self._translator.event(value)
+        except ApiError as error:
+            return self._break_off(error)
+        out = self._send(chunks) if chunks else b""
+        if self._translator.done:
+            out += self._close()
+        return out
 
     def _send(self, chunks: list[dict[str, Any]]) -> bytes:
         if self._head is None and chunks:
