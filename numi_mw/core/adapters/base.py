@@ -141,7 +141,10 @@ def event_index(value: Any) -> Any:
     """A native event's ``index`` (a block's, a part's) as the key its stream state is kept under: a JSON scalar
     as it is; a list or an object, which no wire API sends and which cannot be a key, as ``None``, the key of an
     event that names no index. Any value the upstream sends is then read, never raised on."""
-    return None if isinstance(value, list | dict) else value
+    return None if isinstance(value, _CONTAINERS) else value
+
+
+_CONTAINERS = (list, dict)
 
 
 MAX_TRACKED = 1024

@@ -787,24 +787,30 @@ class _Parts:
             return key in self._other
         return any(start <= index < end for start, end in self._runs.get(kind, ()))
 
-    def add(self, key: tuple[str, Any]) -> None:
-        """Remember ``key``; past ``MAX_PART_RUNS`` the lowest run of its kind (or the oldest other key) is
-        forgotten."""
+    def add(self, key: tuple[str, Any]) -> bool:
+        """Remember ``key``; whether it is new (not remembered before). Past ``MAX_PART_RUNS`` the lowest run of
+        its kind (or the oldest other key) is forgotten."""
         kind, index = key
         if type(index) is not int:
+            if key in self._other:
+                return False
             self._other[key] = None
             if len(self._other) > MAX_PART_RUNS:
                 del self._other[next(iter(self._other))]
-            return
+            return True
         runs = self._runs.setdefault(kind, [])
-        if runs and runs[-1][1] == index:  # the common case: the next part in order
-            runs[-1][1] = index + 1
-            return
+        if runs:  # the common cases: the part of the latest run, or the next part in order
+            last = runs[-1]
+            if last[0] <= index < last[1]:
+                return False
+            if last[1] == index:
+                last[1] = index + 1
+                return True
         at = 0
         while at < len(runs) and runs[at][1] < index:
             at += 1
         if at < len(runs) and runs[at][0] <= index < runs[at][1]:
-            return
+            return False
         if at < len(runs) and runs[at][1] == index:  # it extends a run, which may now touch the next one
             runs[at][1] = index + 1
             if at + 1 < len(runs) and runs[at + 1][0] == index + 1:
@@ -815,6 +821,7 @@ class _Parts:
             runs.insert(at, [index, index + 1])
         if len(runs) > MAX_PART_RUNS:
             del runs[0]
+        return True
 
 
 @dataclass(slots=True)
@@ -941,10 +948,14 @@ class StreamTranslator(ChunkStream):
         """The item an event belongs to, by ``item_id`` (or the item's own ``id``), else by ``output_index``;
         a new one (of ``kind``) when it is unknown."""
         ident = item.get("id") if isinstance(item, dict) else data.get("item_id")
+        state = None
+        if isinstance(ident, str):
+            state = self._by_id.get(ident)
+            if state is not None:  # the common case: an item known by its id, kept under it
+                return state
         index = data.get("output_index")
         index = index if isinstance(index, int) and not isinstance(index, bool) else None
-        state = self._by_id.get(ident) if isinstance(ident, str) else None
-        if state is None and index is not None:
+        if index is not None:
             state = self._by_index.get(index)
         if state is None:
             state = _Item(kind, ident if isinstance(ident, str) else None, index if index is not None else self._items)
@@ -964,8 +975,7 @@ class StreamTranslator(ChunkStream):
         key = (part, event_index(index) if index is not None else 0)
         if not isinstance(text, str) or not text or (not delta and key in state.streamed):
             return []
-        opening = key not in state.streamed
-        state.streamed.add(key)
+        opening = state.streamed.add(key)
         if opening and self._visible:
             text = SEPARATOR + text
         self._visible = True
