@@ -315,7 +315,7 @@ def may_exceed(data: bytes, limits: Mapping[bytes, int], *, max_quotes: int = 10
     quotes: list[int] = []
     at = data.find(b'"')
     while at >= 0:
-        if data[at - 1] == _BACKSLASH and _escaped(data, at):
+        if at and data[at - 1] == _BACKSLASH and _escaped(data, at):
             at = data.find(b'"', at + 1)
             continue
         if len(quotes) >= max_quotes + (at // bytes_per_quote if bytes_per_quote else 0):

@@ -122,7 +122,7 @@ class SSEDecoder:
         """The data of ``chunk`` when it is exactly one whole event of one ``data:`` line, else ``None``.
 
         The fast path for upstreams that send one event per chunk (most do): no ``SSEEvent`` is built. Only
-        taken at an event boundary (nothing buffered) and when ``chunk`` has no ``\r``; when it returns ``None``
+        taken at an event boundary (nothing buffered) and when ``chunk`` has no ``\\r``; when it returns ``None``
         nothing was consumed, and ``chunk`` goes to ``feed``. The event's original bytes are ``chunk`` itself. A
         stream whose first bytes are ``data:`` has no BOM, so the first event can take this path too.
         """
@@ -145,7 +145,7 @@ class SSEDecoder:
 
         The fast path of a reader that reads no event name (a native stream's translator reads the ``type`` its
         data carries): no ``SSEEvent`` is built. As ``single_data``, it is taken only at an event boundary and for
-        a ``chunk`` without ``\r``; when it returns ``None`` nothing was consumed, and ``chunk`` goes to
+        a ``chunk`` without ``\\r``; when it returns ``None`` nothing was consumed, and ``chunk`` goes to
         ``feed``.
         """
         size = len(chunk)
@@ -165,7 +165,7 @@ class SSEDecoder:
         return chunk[data + 6 : end] if chunk[data + 5] == _SPACE else chunk[data + 5 : end]
 
     def _feed_simple(self, chunk: bytes) -> list[SSEEvent]:
-        """The fast path for a chunk that starts at an event boundary and has no ``\r``: each complete event of
+        """The fast path for a chunk that starts at an event boundary and has no ``\\r``: each complete event of
         one ``data:`` line, of an ``event:`` line and a ``data:`` line (Anthropic's and OpenAI's framing), of one
         comment, or a blank line alone, is cut straight out of ``chunk``; anything else goes to ``_parse``.
 
