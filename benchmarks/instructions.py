@@ -25,7 +25,10 @@ Workloads (``--workloads`` picks some):
 - ``stream.deepseek``, ``stream.groq``, ``stream.claude``: the recorded streams of ``RECORDED`` (DeepSeek
   reasoner, groq gpt-oss, OpenRouter Claude; ``../shared/fixtures/openai-chat``), cut into events, each through
   one ``SSERewriter`` (per stream), and ``stream.floor_deepseek``, ``stream.floor_groq``, ``stream.floor_claude``
-  the same streams through the floor, as for ``stream.floor_2000``.
+  the same streams through the floor, as for ``stream.floor_2000``;
+- ``stream.anthropic_messages``, ``stream.openai_responses``: the recorded stream of each translated wire API
+  (``payloads.NATIVE_STREAMS``), one event per chunk, through one ``NativeSSERewriter`` (per stream), as the
+  ``stream.adapter.*`` rows time it.
 
 Server workloads count a whole server process per request instead (``SERVER_WORKLOADS``): the process runs under
 callgrind in front of ``benchmarks.upstream``, and a client in this process sends it ``N`` requests and then ``2N``,
@@ -84,8 +87,16 @@ WORKLOADS: dict[str, int] = {
     "stream.floor_groq": 60,
     "stream.claude": 60,
     "stream.floor_claude": 60,
+    "stream.anthropic_messages": 20,
+    "stream.openai_responses": 4,
 }
 """Each workload with its ``N`` (iterations of the shorter run)."""
+
+NATIVE: dict[str, str] = {
+    "stream.anthropic_messages": "anthropic-messages",
+    "stream.openai_responses": "openai-responses",
+}
+"""The translated-stream workloads and their wire APIs (``payloads.native_streams``)."""
 
 SERVER_WORKLOADS: dict[str, int] = {
     "sidecar.buffered.httpcore": 300,
@@ -151,6 +162,22 @@ def _workload(name: str) -> Callable[[int], None]:
                 await call_asgi(app, scope, body)
 
         return lambda n: asyncio.run(calls(n))
+    wire = NATIVE.get(name)
+    if wire is not None:
+        from benchmarks.inprocess import _numi_native
+
+        native = payloads.native_streams()
+        if wire not in native:
+            raise SystemExit(f"{name} needs ../shared/fixtures/{payloads.NATIVE_STREAMS[wire]}")
+        translate = _numi_native(wire, payloads.split_events(native[wire]))
+        if not translate().endswith(b"data: [DONE]\n\n"):
+            raise RuntimeError(f"{name}: the stream was not translated whole")
+
+        def run_translations(n: int) -> None:
+            for _ in range(n):
+                translate()
+
+        return run_translations
     recorded = RECORDED.get(name.removeprefix("stream.").removeprefix("floor_"))
     if recorded is not None:
         streams = payloads.fixture_streams()

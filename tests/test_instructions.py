@@ -23,6 +23,14 @@ def test_a_recorded_stream_workload_and_its_floor_run(short: str) -> None:
         instructions._workload(name)(1)  # raises if the stream or the floor cannot run
 
 
+@pytest.mark.parametrize("name", sorted(instructions.NATIVE))
+def test_a_translated_stream_workload_runs(name: str) -> None:
+    if instructions.NATIVE[name] not in payloads.native_streams():
+        pytest.skip("shared/fixtures absent")
+    assert name in instructions.WORKLOADS
+    instructions._workload(name)(1)  # raises unless the whole stream was translated
+
+
 def test_every_server_ratio_names_two_server_workloads() -> None:
     for name, floor in instructions.SERVER_RATIOS:
         assert name in instructions.SERVER_WORKLOADS and floor in instructions.SERVER_WORKLOADS
