@@ -74,11 +74,13 @@ class SSEDecoder:
         "_pos",
         "_ready",
         "_scan",
+        "_simple",
     )
 
     def __init__(self, max_event_bytes: int | None = None) -> None:
         self._buf = bytearray()
         self._limit = sys.maxsize if max_event_bytes is None else max_event_bytes
+        self._simple = True  # chunks at an event boundary take ``_feed_simple`` (the tests check it against ``_parse``)
         self._reset()
 
     @property
@@ -112,7 +114,14 @@ class SSEDecoder:
         Returns:
             The events whose terminating blank line is now complete; bytes of an unfinished event stay buffered.
         """
-        if not self._buf and not self._at_start and chunk and _CR not in chunk and len(chunk) <= self._limit:
+        if (
+            self._simple
+            and not self._buf
+            and not self._at_start
+            and chunk
+            and _CR not in chunk
+            and len(chunk) <= self._limit
+        ):
             return self._feed_simple(chunk)
         if chunk:
             self._buf += chunk
