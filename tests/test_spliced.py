@@ -436,6 +436,8 @@ def test_the_byte_look_at_a_detail_list_never_misses_a_field_over_its_limit(
         (b'[{"x":"\\\\","data":"0123456789abc"}]', True),
         (b'[{"x":"\\"data\\":\\"0123456789abcdef"}]', False),  # a field written inside a string is no field
         (b'[{"text":"a\\n\\n\\n\\n"}]', True),  # 9 bytes between the quotes (5 decoded): the bytes are an upper bound
+        (b'[{"x":"' + b"\\\\" * 31 + b'","data":"0123456789ab"}]', False),  # a run of 62 backslashes is read
+        (b'[{"x":"' + b"\\\\" * 32 + b'","data":"0123456789ab"}]', True),  # one of 64 is not: the decode decides
         (b'["abcdefghijklmnop"]', False),  # an array's item is no field
         (b'[{"abcdefghijklmnop":1}]', False),  # a long key is no value
         (b'[{"text":"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"}]', True),  # 10 bytes of UTF-8: over 8
@@ -474,26 +476,58 @@ def test_the_limits_of_a_large_body_are_read_from_the_body_itself(monkeypatch: p
     assert looked == [len(body)]
 
 
-def _large_detail_body(field: str, size: int, *, user_text: int = 0, strings: int = 0) -> bytes:
+def test_escaped_quotes_count_against_the_walk() -> None:
+    """Each quote the walk finds costs it a step, escaped or not: 2,000 escaped quotes in one string are past
+    1,024 and leave the answer to the decode, as 2,000 strings would."""
+    many = b'[{"x":"' + b'\\"' * 2000 + b'"}]'
+    assert spliced.may_exceed(many, SMALL_LIMITS)
+    assert not spliced.may_exceed(many, SMALL_LIMITS, max_quotes=4096)  # walked whole: no field over its limit
+
+
+def test_a_large_detail_held_as_an_object_goes_on_as_the_full_decode_sends_it() -> None:
+    """``reasoning_details`` that is not a list is not the size limits' business (``details.check_detail_limits``):
+    an object with a signature over 1 MiB goes upstream as sent, on both paths, not a 500."""
+    signature = "A" * ((1 << 20) + 1)
+    body = json.dumps(
+        {
+            "model": "m",
+            "messages": [{"role": "assistant", "content": "x", "reasoning_details": {"signature": signature}}],
+        }
+    ).encode()
+    route = fixed_route(PROVIDERS["openrouter"])
+    check(body, route)
+    prepared = prepare_request(body, route)
+    assert (prepared.changed, prepared.body) == (False, body)
+
+
+def _large_detail_body(field: str, size: int, *, user_text: int = 0, strings: int = 0, quotes: int = 0) -> bytes:
     """A body whose assistant turn holds one detail with a ``size``-byte ``field``, after a user turn whose text
-    part is ``user_text`` bytes long and ``strings`` short strings in a list."""
-    user = {"role": "user", "content": [{"type": "text", "text": "u" * user_text}], "tags": ["t"] * strings}
+    part is ``user_text`` bytes long, ``strings`` short strings in a list and a tool result of ``quotes`` quotes
+    (each written escaped)."""
+    user = {
+        "role": "user",
+        "content": [{"type": "text", "text": "u" * user_text}],
+        "tags": ["t"] * strings,
+        "result": '"' * quotes,
+    }
     detail = {"type": "reasoning.text", "text": "ok", field: "s" * size}
     assistant = {"role": "assistant", "content": "x", "reasoning_details": [detail]}
     return json.dumps({"model": "m", "messages": [user, assistant]}).encode()
 
 
 @pytest.mark.parametrize(
-    ("user_text", "strings"),
-    [(0, 0), (5 << 20, 0), (0, 2000)],
-    ids=["the-body-shows-it", "a-long-text-elsewhere", "too-many-strings-to-walk"],
+    ("user_text", "strings", "quotes"),
+    [(0, 0, 0), (5 << 20, 0, 0), (0, 2000, 0), (0, 0, 200_000)],
+    ids=["the-body-shows-it", "a-long-text-elsewhere", "too-many-strings-to-walk", "too-many-escaped-quotes"],
 )
-def test_a_large_detail_list_is_checked_whatever_the_rest_of_the_body_holds(user_text: int, strings: int) -> None:
+def test_a_large_detail_list_is_checked_whatever_the_rest_of_the_body_holds(
+    user_text: int, strings: int, quotes: int
+) -> None:
     """When the whole body cannot show the limits (a user's 5 MiB text part, longer than the text limit, or more
-    strings than are walked), the detail list is looked at alone: a signature one byte over 1 MiB is refused, one
-    at it goes upstream as sent."""
+    strings or escaped quotes than are walked), the detail list is looked at alone: a signature one byte over 1 MiB
+    is refused, one at it goes upstream as sent."""
     route = fixed_route(PROVIDERS["openrouter"])
-    over = _large_detail_body("signature", (1 << 20) + 1, user_text=user_text, strings=strings)
+    over = _large_detail_body("signature", (1 << 20) + 1, user_text=user_text, strings=strings, quotes=quotes)
     with pytest.raises(ApiError) as caught:
         prepare_request(over, route)
     assert (caught.value.status, caught.value.code, caught.value.param) == (
@@ -501,7 +535,7 @@ def test_a_large_detail_list_is_checked_whatever_the_rest_of_the_body_holds(user
         "invalid_request",
         "messages[1].reasoning_details[0].signature",
     )
-    at = _large_detail_body("signature", 1 << 20, user_text=user_text, strings=strings)
+    at = _large_detail_body("signature", 1 << 20, user_text=user_text, strings=strings, quotes=quotes)
     prepared = prepare_request(at, route)
     assert (prepared.changed, prepared.body) == (False, at)
 

@@ -273,8 +273,8 @@ def check_limits(messages: list[dict[str, Any]], body: bytes | None = None) -> N
                     body_shows = not may_exceed(body, _FIELD_LIMITS, **_BODY_WALK)
                 if body_shows:
                     continue
-            if not may_exceed(bytes(memoryview(raw)), _FIELD_LIMITS):
-                continue
+            if memoryview(raw)[0] != _BRACKET or not may_exceed(bytes(memoryview(raw)), _FIELD_LIMITS):
+                continue  # not a list (not this check's business, as in ``check_detail_limits``), or within
             try:
                 details = [_suspects(detail) for detail in _details.decode(raw)]
             except msgspec.DecodeError:  # an item that is not an object holds a number no float holds
@@ -300,26 +300,32 @@ def may_exceed(data: bytes, limits: Mapping[bytes, int], *, max_quotes: int = 10
     a key named in ``limits``, at whatever depth, proves it: a detail's field is such a value, and a key or an
     array's item never is (``"data": "..."`` in a detail of 6 MB needs no decode). A long value of a limited
     key even deeper than a detail's own fields, a long value whose key is written with an escape
-    (``"sig\\u006eature"``), or more quotes than the walk allows leaves the answer to the decode
-    (``check_limits``).
+    (``"sig\\u006eature"``), or more quotes than the walk allows (escaped ones count) leaves the answer to the
+    decode (``check_limits``).
 
     Args:
         data: JSON bytes the first pass took (valid JSON, valid UTF-8).
         limits: the limit in bytes of each field name, as bytes (``text``: ``MAX_TEXT_BYTES`` and so on).
-        max_quotes: the most quotes walked before the answer is left to the decode.
+        max_quotes: the most quotes walked, escaped ones too, before the answer is left to the decode.
         bytes_per_quote: when not 0, the walk also allows one more quote per this many bytes of ``data`` it has
             passed: a body of many short strings is left to the decode after its first few, where walking it
             would cost more than looking at its large detail lists alone.
     """
     smallest = min(limits.values())
     quotes: list[int] = []
+    visited = 0  # quotes found, escaped ones too: each costs the walk a step
     at = data.find(b'"')
     while at >= 0:
-        if at and data[at - 1] == _BACKSLASH and _escaped(data, at):
-            at = data.find(b'"', at + 1)
-            continue
-        if len(quotes) >= max_quotes + (at // bytes_per_quote if bytes_per_quote else 0):
+        if visited >= max_quotes + (at // bytes_per_quote if bytes_per_quote else 0):
             return True  # many strings: the decode costs less than walking them
+        visited += 1
+        if at and data[at - 1] == _BACKSLASH:
+            escaped = _escaped(data, at)
+            if escaped is None:
+                return True  # a run of backslashes too long to read here
+            if escaped:
+                at = data.find(b'"', at + 1)
+                continue
         quotes.append(at)
         at = data.find(b'"', at + 1)
     for k in range(2, len(quotes), 2):
@@ -333,15 +339,20 @@ def may_exceed(data: bytes, limits: Mapping[bytes, int], *, max_quotes: int = 10
     return False
 
 
-def _escaped(data: bytes, at: int) -> bool:
-    """Whether the quote at ``at`` in ``data`` follows an odd run of backslashes (``\\"``, not ``\\\\"``)."""
-    start = at - 1
-    while start > 0 and data[start - 1] == _BACKSLASH:
-        start -= 1
-    return (at - start) % 2 == 1
+def _escaped(data: bytes, at: int) -> bool | None:
+    """Whether the quote at ``at`` in ``data`` follows an odd run of backslashes (``\\"``, not ``\\\\"``); ``None``
+    when the run is ``_MAX_RUN`` bytes or longer, which is not read further."""
+    window = data[max(0, at - _MAX_RUN) : at]
+    run = len(window) - len(window.rstrip(b"\\"))
+    if run >= _MAX_RUN:
+        return None
+    return run % 2 == 1
 
 
 _BACKSLASH = ord("\\")
+_BRACKET = ord("[")
+_MAX_RUN = 64
+"""The longest run of backslashes before a quote that ``may_exceed`` reads (its bytes at most)."""
 _BODY_WALK = {"max_quotes": 64, "bytes_per_quote": 16 * 1024}
 """How far ``check_limits`` walks a whole body's quotes before it looks at each large detail list alone: 64, and
 one more per 16 KiB passed (a quote costs the walk about as much as copying 2 KiB; the harness's 8 MB body has
