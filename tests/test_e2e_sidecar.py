@@ -31,7 +31,8 @@ pytestmark = pytest.mark.usefixtures("upstream_transport")
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[ReplayUpstream]:
+def upstream(shared_dir: Path) -> Iterator[ReplayUpstream]:
+    """The replay upstream, which answers with the recorded fixtures: skipped with them when ``shared/`` is absent."""
     with ReplayUpstream().running() as replay:
         yield replay
 
