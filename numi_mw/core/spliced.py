@@ -147,13 +147,11 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body: bytes) 
             if not message.keys().isdisjoint(_REASONING_KEYS) and _is_assistant(message.get("role"))
         ]
     if not pending:
-        if len(body) > MAX_SIGNATURE_BYTES:
-            check_limits(messages, body)
+        check_limits(messages, body)
         return False
     if not metadata and route.keeps_details:  # the filter keeps every message: only the table can change one
         changed = _apply_table(messages, pending, route.rules.reasoning_field)
-        if len(body) > MAX_SIGNATURE_BYTES:
-            check_limits(messages, body)
+        check_limits(messages, body)
         return changed
     read: tuple[str, ...] = ()
     found: list[int] = []
@@ -179,8 +177,7 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body: bytes) 
         if out is not view or changed:
             messages[i] = _spliced(back, out)
     changed = changed or filtered is not views
-    if len(body) > MAX_SIGNATURE_BYTES:
-        check_limits(messages, body)
+    check_limits(messages, body)
     return changed
 
 
@@ -243,38 +240,37 @@ def _spliced(back: dict[int, tuple[Any, Raw]], out: dict[str, Any]) -> dict[str,
     return spliced
 
 
-def check_limits(messages: list[dict[str, Any]], body: bytes | None = None) -> None:
+def check_limits(messages: list[dict[str, Any]], body: bytes) -> None:
     """``details.check_detail_limits`` on messages from ``prepare_messages``, decoding only the detail fields
     whose raw bytes are over their limit: a JSON string's UTF-8 size never exceeds its encoded length (an escape
     is at least as long as what it stands for), so a shorter one cannot be over it.
 
-    A detail list held as ``Raw`` is looked at only when it is over 1 MiB (the smallest limit). The first such
-    list asks ``may_exceed`` of the whole ``body`` the messages came from, when it is given: ``body`` is
+    Nothing is looked at in a body of at most 1 MiB (the smallest limit), nor in a detail list held as ``Raw`` of
+    at most 1 MiB or that is no list. The first larger list asks ``may_exceed`` of the whole ``body``: it is
     ``bytes`` already, so its quotes are found without a copy, and a ``False`` there answers for every ``Raw``
     list in it. When the body cannot show it, each large list is copied out and asked on its own.
 
     Args:
         messages: the messages, each a dict whose ``reasoning_details`` is a ``Raw``, a decoded list or absent.
-        body: the request body the ``Raw`` values are slices of, or ``None``.
+        body: the request body the ``Raw`` values are slices of.
 
     Raises:
         ApiError: what ``check_detail_limits`` raises, for the same field.
     """
+    if len(body) <= MAX_SIGNATURE_BYTES:
+        return
     checked: list[Any] | None = None
     body_shows: bool | None = None  # whether ``body`` shows every ``Raw`` list within its limits (asked once)
     for i, message in enumerate(messages):
         details = message.get("reasoning_details")
         if type(details) is Raw:
             raw: Raw = details
-            if len(raw) <= MAX_SIGNATURE_BYTES:
+            if len(raw) <= MAX_SIGNATURE_BYTES or memoryview(raw)[0] != _BRACKET:
+                continue  # small, or no list (not this check's business, as in ``check_detail_limits``)
+            if body_shows is None:
+                body_shows = not may_exceed(body, _FIELD_LIMITS, **_BODY_WALK)
+            if body_shows or not may_exceed(bytes(memoryview(raw)), _FIELD_LIMITS):
                 continue
-            if body is not None:
-                if body_shows is None:
-                    body_shows = not may_exceed(body, _FIELD_LIMITS, **_BODY_WALK)
-                if body_shows:
-                    continue
-            if memoryview(raw)[0] != _BRACKET or not may_exceed(bytes(memoryview(raw)), _FIELD_LIMITS):
-                continue  # not a list (not this check's business, as in ``check_detail_limits``), or within
             try:
                 details = [_suspects(detail) for detail in _details.decode(raw)]
             except msgspec.DecodeError:  # an item that is not an object holds a number no float holds
