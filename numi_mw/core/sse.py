@@ -157,17 +157,13 @@ class SSEDecoder:
         a ``chunk`` without ``\\r``; when it returns ``None`` nothing was consumed, and ``chunk`` goes to
         ``feed``.
         """
-        size = len(chunk)
-        end = chunk.find(_LF)  # the end of the first line
-        if chunk.startswith(b"event:"):
-            data = end + 1
-            if not data or not chunk.startswith(b"data:", data):
-                return None
-            end = chunk.find(_LF, data)  # the end of the second
-        elif chunk.startswith(b"data:"):
-            data = 0
-        else:
+        if not chunk.startswith(b"event:"):
+            return self.single_data(chunk)
+        data = chunk.find(_LF) + 1  # the start of the second line
+        if not data or not chunk.startswith(b"data:", data):
             return None
+        end = chunk.find(_LF, data)
+        size = len(chunk)
         if end != size - 2 or chunk[-1] != _LF or _CR in chunk or self._buf or size > self._limit:
             return None
         self._at_start = False
