@@ -29,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,8 @@ CLIENTS_PY = os.environ.get("NUMI_MW_CLIENTS_PY", "")
 CLIENTS_NODE = os.environ.get("NUMI_MW_CLIENTS_NODE", "")
 JOB_TIMEOUT = 20
 """Seconds a client may wait on one request (the client's own timeout)."""
+CRASH_ATTEMPTS = 2
+"""Runs of a driver killed by a signal (a crash of the client's own interpreter), the last one's outcome counts."""
 OPENROUTER_CLAUDE_STREAM = "openai-chat/openrouter-claude-sonnet-4.5-reasoning-details.sse"
 
 
@@ -315,6 +318,18 @@ def short(value: Any, limit: int = 60) -> str:
     return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} chars)"
 
 
+def crash_report(stderr: bytes) -> str:
+    """The error and the stack of the thread that crashed, from a driver's ``-X faulthandler`` dump of its threads
+    (at most 100 of them: past that the crashed one may be left out, and the dump's start is given)."""
+    text = stderr.decode(errors="replace")
+    start = text.find("Current thread")
+    if start < 0:
+        return text[:3000]
+    end = text.find("\n\n", start)
+    error = text.partition("\n")[0]  # "Fatal Python error: Segmentation fault"
+    return f"{error}\n{text[start : end if end >= 0 else None]}"[:3000]
+
+
 @dataclass
 class Matrix:
     """The replay, one sidecar per provider, and each client's results (one driver run per client)."""
@@ -325,6 +340,7 @@ class Matrix:
     store_dir: Path
     sidecars: dict[tuple[str, str], str] = field(default_factory=dict)
     results: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
     outcomes: dict[str, dict[str, dict[str, str | None]]] = field(default_factory=dict)
 
     def sidecar(self, provider: str, path: str) -> str:
@@ -365,26 +381,42 @@ class Matrix:
     def run_client(self, client: Client) -> dict[str, dict[str, Any]]:
         if client.name in self.results:
             return self.results[client.name]
+        if client.name in self.failures:  # one failed driver run fails every row of its client with the same error
+            raise RuntimeError(self.failures[client.name])
         rows = [row for row in ROWS if row.client == client]
         jobs = [self.job(row, path) for row in rows for path in row.paths]
         if client.runtime == "node":
             assert self.node_dir is not None
             command = ["node", str(self.node_dir / "node_driver.mjs")]
         elif client.runtime == "py":
-            command = [str(Path(CLIENTS_PY) / "bin" / "python"), str(DRIVERS / "py_driver.py")]
-        else:
-            command = [sys.executable, str(DRIVERS / "py_driver.py")]
+            command = [str(Path(CLIENTS_PY) / "bin" / "python"), "-X", "faulthandler", str(DRIVERS / "py_driver.py")]
+        else:  # -X faulthandler: a crash prints each thread's Python stack to the stderr reported below
+            command = [sys.executable, "-X", "faulthandler", str(DRIVERS / "py_driver.py")]
         env = {**os.environ, "PYTHONPATH": str(DRIVERS.parents[1]), "NO_PROXY": "127.0.0.1"}
-        done = subprocess.run(
-            command,
-            input=json.dumps(jobs).encode(),
-            capture_output=True,
-            timeout=60 + 2 * JOB_TIMEOUT * len(jobs),
-            env=env,
-            check=False,
-        )
+        for attempt in range(1, CRASH_ATTEMPTS + 1):
+            done = subprocess.run(
+                command,
+                input=json.dumps(jobs).encode(),
+                capture_output=True,
+                timeout=60 + 2 * JOB_TIMEOUT * len(jobs),
+                env=env,
+                check=False,
+            )
+            if done.returncode >= 0 or attempt == CRASH_ATTEMPTS:
+                break
+            # killed by a signal: the client's own interpreter or a native extension of it crashed (a client meets a
+            # bad answer with an exception, not a signal); its jobs run once more from turn 1 on a clean record
+            warnings.warn(
+                f"{client.name} driver crashed (exit {done.returncode}), ran again: {crash_report(done.stderr)}",
+                stacklevel=1,
+            )
+            for job in jobs:
+                self.replay.requests.pop(job["id"], None)
         if done.returncode != 0:
-            raise RuntimeError(f"{client.name} driver exited {done.returncode}: {done.stderr.decode()[-3000:]}")
+            self.failures[client.name] = (
+                f"{client.name} driver exited {done.returncode}: {done.stderr.decode()[-3000:]}"
+            )
+            raise RuntimeError(self.failures[client.name])
         self.results[client.name] = {result["id"]: result for result in json.loads(done.stdout)}
         return self.results[client.name]
 
