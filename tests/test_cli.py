@@ -552,11 +552,15 @@ def _record_the_collector(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     from numi_mw import cli
 
-    monkeypatch.setattr(cli, "log_config", lambda level, style: None)  # this process's logging stays as it is
+    monkeypatch.setattr(
+        cli, "log_config", lambda level, style, **options: None
+    )  # this process's logging stays as it is
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi"):  # uvicorn.Config sets their levels
         logger = logging.getLogger(name)
         monkeypatch.setattr(logger, "level", logger.level)
     calls: list[Any] = []
+    for name in ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing"):  # ops.lean_log_records sets them
+        monkeypatch.setattr(logging, name, getattr(logging, name))  # put back after the test
     monkeypatch.setattr(gc, "collect", lambda *args: calls.append("collect") or 0)
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
     monkeypatch.setattr(gc, "set_threshold", lambda *thresholds: calls.append(thresholds))

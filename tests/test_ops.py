@@ -18,7 +18,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from numi_mw import create_app, load_catalog
-from numi_mw.proxy.ops import JSONFormatter, TextFormatter, _TokenCount, log_config
+from numi_mw.proxy.ops import JSONFormatter, TextFormatter, _TokenCount, lean_log_records, log_config
 from numi_mw.upstream import UPSTREAM_TRANSPORTS
 from tests.e2e_support import free_port, numi_mw_command, stop_process, wait_for_port
 
@@ -406,6 +406,61 @@ def test_the_library_logger_has_a_null_handler() -> None:
     assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("numi_mw").handlers)
 
 
+def test_the_text_time_stamp_is_the_standard_formatter_s_whatever_the_second() -> None:
+    """``TextFormatter`` formats the date and time once per second; every stamp is still the one
+    ``logging.Formatter`` writes (``2026-12-04 04:01:29,259``), on the same second, the next and one before."""
+    ours, standard = TextFormatter(), logging.Formatter("%(asctime)s")
+    record = logging.LogRecord("numi_mw.access", logging.INFO, __file__, 1, "m", None, None)
+    for created in (1764820889.259, 1764820889.9995, 1764820890.0004, 1764820890.5, 1764820889.001, 1764820889.0):
+        record.created, record.msecs = created, float(int((created - int(created)) * 1000))
+        assert ours.formatTime(record) == standard.formatTime(record), created
+    assert ours.formatTime(record).endswith(":29,000")
+
+
+def test_log_records_left_lean_format_to_the_same_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``lean_log_records`` (each ``numi-mw serve`` process) drops the caller, thread and process from every record;
+    neither formatter writes them, so a line reads the same before and after (but for its time stamp)."""
+    for name in ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing"):
+        monkeypatch.setattr(logging, name, getattr(logging, name))  # put back after the test
+    records: list[logging.LogRecord] = []
+    logger = logging.getLogger("numi_mw.test_lean")
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    monkeypatch.setattr(logger, "handlers", [handler])
+    monkeypatch.setattr(logger, "propagate", False)
+    logger.setLevel(logging.INFO)
+    fields = {"method": "POST", "status": 200, "ttfb_s": 0.000512, "route": "openrouter"}
+    logger.info("%s", "method=POST status=200 ttfb_s=0.000512 route=openrouter", extra={"access": fields})
+    lean_log_records()
+    logger.info("%s", "method=POST status=200 ttfb_s=0.000512 route=openrouter", extra={"access": fields})
+    full, lean = records
+    assert (full.funcName, full.process is not None, full.thread is not None) == (
+        "test_log_records_left_lean_format_to_the_same_lines",
+        True,
+        True,
+    )
+    assert (lean.pathname, lean.lineno, lean.funcName, lean.thread, lean.threadName, lean.process) == (
+        "(unknown file)",
+        0,
+        "(unknown function)",
+        None,
+        None,
+        None,
+    )
+    for formatter in (TextFormatter(), JSONFormatter()):
+        lean.created, lean.msecs = full.created, full.msecs
+        assert formatter.format(lean) == formatter.format(full)
+
+
+def test_no_access_log_leaves_the_access_line_out_at_every_level() -> None:
+    for level in ("info", "debug"):
+        assert "numi_mw.access" not in log_config(level, "text")["loggers"]
+        assert log_config(level, "text", access_log=False)["loggers"]["numi_mw.access"] == {"level": "WARNING"}
+    with pytest.raises(ValueError) as info:
+        log_config("info", "text", access_log="no")  # type: ignore[arg-type]
+    assert str(info.value) == "access_log must be true or false, not 'no'"
+
+
 def test_serve_quiets_the_loggers_that_print_whole_urls() -> None:
     config = log_config("info", "json")
     assert config["loggers"]["httpx"] == {"level": "WARNING"}
@@ -534,6 +589,37 @@ def test_a_real_sidecar_logs_no_body_byte_of_a_broken_upstream(
         assert any(
             f" INFO numi_mw.access: method=POST path=/v1/chat/completions status={status} " in line for line in lines
         )
+
+
+def test_a_real_sidecar_without_its_access_log_still_logs_start_up_and_failures(broken_chunked_upstream: int) -> None:
+    port = free_port()
+    command = [
+        *numi_mw_command(),
+        "serve",
+        "--upstream",
+        f"http://127.0.0.1:{broken_chunked_upstream}/v1",
+        "--port",
+        str(port),
+        "--no-access-log",
+        "--upstream-transport",
+        "aiohttp",
+    ]
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, stdout=log, stderr=log)
+        try:
+            wait_for_port(port, process)
+            with httpx.Client(timeout=20) as client:
+                response = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=REQUEST, headers=HEADERS)
+        finally:
+            stop_process(process)
+        log.seek(0)
+        lines = log.read().decode().splitlines()
+    assert response.status_code == 502
+    assert not [line for line in lines if " numi_mw.access: " in line]
+    assert [line.partition(" WARNING ")[2] for line in lines if " numi_mw.upstream: " in line] == [
+        "numi_mw.upstream: upstream send failed: RemoteProtocolError"
+    ]
+    assert any(" INFO numi_mw.serve: upstream http://127.0.0.1:" in line for line in lines)
 
 
 def test_a_reasoning_token_count_split_across_body_messages_is_read_whole() -> None:

@@ -343,7 +343,10 @@ class Operations:
                 fields[key] = value
         if exchange.failure is not None:
             fields["upstream_error"] = f"{exchange.failure[0]}:{exchange.failure[1]}"
-        text = " ".join(f"{key}={escape_value(str(value))}" for key, value in fields.items())
+        # a number's text needs no escape; a string (a path, a model id) may hold anything
+        text = " ".join(
+            [f"{key}={escape_value(value) if type(value) is str else value}" for key, value in fields.items()]
+        )
         access_log.info("%s", text, extra={"access": fields})
 
 
@@ -420,6 +423,17 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._second = -1
+        self._stamp = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """``logging.Formatter.formatTime`` (``2026-12-04 04:01:29,259``), its date and time formatted once per
+        second: a sidecar writes an access line per request."""
+        second = int(record.created)
+        if second != self._second:
+            self._stamp = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second = second
+        return f"{self._stamp},{int(record.msecs):03d}"  # logging.Formatter.default_msec_format
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
@@ -454,21 +468,40 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
-def log_config(level: str, log_format: LogFormat) -> dict[str, Any]:
+def lean_log_records() -> None:
+    """Leave out of this process's log records what no ``numi-mw serve`` formatter writes (``TextFormatter``,
+    ``JSONFormatter``): the calling file, line and function, the thread, the process id, the multiprocessing
+    name and, on Python 3.12 and later, the asyncio task's name. These are the switches the Python logging HOWTO
+    lists under "Optimization" (``logging._srcfile``, ``logThreads``, ``logProcesses``, ``logMultiprocessing``,
+    ``logAsyncioTasks``); with one access line per request they cost the sidecar's event loop a few microseconds
+    each time. Called once by each ``numi-mw serve`` process; an app served another way
+    (``proxy.create_app``) leaves its process's logging alone."""
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+    if hasattr(logging, "logAsyncioTasks"):  # Python 3.12 and later
+        logging.logAsyncioTasks = False
+
+
+def log_config(level: str, log_format: LogFormat, *, access_log: bool = True) -> dict[str, Any]:
     """The ``logging.config.dictConfig`` configuration ``numi-mw serve`` gives uvicorn (``log_config``): the
     ``numi_mw`` and uvicorn loggers write to stderr at ``level`` (``LOG_LEVELS``: ``critical``, ``error``,
     ``warning``, ``info``, ``debug``; never uvicorn's ``trace``, which logs headers and queries) through
-    ``TextFormatter`` or ``JSONFormatter``; uvicorn's own access log is replaced by ``numi_mw.access``; ``httpx``
-    and ``httpcore``, which log whole upstream URLs (a query can carry a key) at ``info``, log warnings only.
+    ``TextFormatter`` or ``JSONFormatter``; uvicorn's own access log is replaced by ``numi_mw.access``, whose
+    line per request ``access_log=False`` (``--no-access-log``) leaves out whatever the level; ``httpx`` and
+    ``httpcore``, which log whole upstream URLs (a query can carry a key) at ``info``, log warnings only.
 
     Raises:
         ValueError: ``level`` is not one of ``LOG_LEVELS`` (``trace`` included); ``log_format`` is not ``text`` or
-            ``json``.
+            ``json``; ``access_log`` is not a ``bool``.
     """
     if level not in LOG_LEVELS:
         raise ValueError(f"level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log_format must be one of {', '.join(LOG_FORMATS)}, not {log_format!r}")
+    if not isinstance(access_log, bool):
+        raise ValueError(f"access_log must be true or false, not {access_log!r}")
     formatter = TextFormatter if log_format == "text" else JSONFormatter
     name = level.upper()
     handler = {"handlers": ["stderr"], "level": name, "propagate": False}
@@ -484,6 +517,8 @@ def log_config(level: str, log_format: LogFormat) -> dict[str, Any]:
             "uvicorn": handler,
             "uvicorn.error": {"level": name},
             "uvicorn.access": {"handlers": [], "level": "CRITICAL", "propagate": False},
+            # the access line is logged at info: above it, none is built
+            **({} if access_log else {"numi_mw.access": {"level": "WARNING"}}),
             # httpx logs each request's whole URL at info, query string included
             "httpx": {"level": "WARNING"},
             "httpcore": {"level": "WARNING"},
