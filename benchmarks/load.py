@@ -26,6 +26,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -165,7 +166,11 @@ def portkey_script() -> str | None:
     return str(script) if script.exists() else None
 
 
-def numi_mw_serve(upstream: str, port: int, *extra: str, transport: str = DEFAULT_UPSTREAM_TRANSPORT) -> list[str]:
+def numi_mw_serve(
+    upstream: str, port: int, *extra: str, transport: str = DEFAULT_UPSTREAM_TRANSPORT, log_level: str = "warning"
+) -> list[str]:
+    """The ``numi-mw serve`` command line of a harness sidecar: ``warning`` leaves out its access line (its cost is
+    the ``scale.access_log`` row's)."""
     return [
         *loopback.numi_mw_command(),
         "serve",
@@ -177,7 +182,7 @@ def numi_mw_serve(upstream: str, port: int, *extra: str, transport: str = DEFAUL
         "--port",
         str(port),
         "--log-level",
-        "warning",
+        log_level,
     ]
 
 
@@ -529,7 +534,8 @@ def _has_workers_option() -> bool:
 
 
 def scale_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
-    """The ``scale`` case: memory per open idle stream (and req/s meanwhile); ``--workers 2`` over ``1``."""
+    """The ``scale`` case: memory per open idle stream (and req/s meanwhile); ``--workers 2`` over ``1``; the access
+    log's cost."""
     raise_open_files()
     have_wrk = shutil.which("wrk") is not None
     if not have_wrk:
@@ -616,7 +622,49 @@ def scale_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
     else:
         out.append(_skipped(name, title, ">=", 0.8, "wrk not installed"))
     out.append(_workers_row(config, say, have_wrk))
+    out.append(_access_log_row(config, say, have_wrk))
     return out
+
+
+ACCESS_LOG_ROUNDS = 2
+"""Interleaved rounds of the ``scale.access_log`` row, each one sidecar with its access log and one without."""
+
+
+def _access_log_row(config: Config, say: Callable[[str], None], have_wrk: bool) -> Measurement:
+    """``numi-mw serve`` at its default log level (``info``: an access line per request, to a file) over the same
+    with ``--no-access-log``, buffered, 4 connections; the median of ``ACCESS_LOG_ROUNDS`` interleaved rounds."""
+    name = "scale.access_log"
+    title = (
+        "numi-mw serve req/s with its access log (the default) / with --no-access-log (wrk, 4 connections, buffered)"
+    )
+    if not have_wrk:
+        return _skipped(name, title, ">=", ACCESS_LOG_TARGET, "wrk not installed")
+    body = payloads.request_2kb()
+    rates: dict[str, list[float]] = {"access log": [], "--no-access-log": []}
+    upstream_port = loopback.free_port()
+    with contextlib.ExitStack() as stack:
+        command = [sys.executable, "-m", "benchmarks.upstream", "--port", str(upstream_port)]
+        stack.enter_context(loopback.process("upstream", command, upstream_port))
+        upstream = f"http://127.0.0.1:{upstream_port}/v1"
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="numi-mw-wrk-")))
+        for round_ in range(ACCESS_LOG_ROUNDS):
+            sides = list(rates) if round_ % 2 == 0 else list(rates)[::-1]
+            for side in sides:
+                port = loopback.free_port()
+                extra = ["--provider", "openrouter", *(["--no-access-log"] if side == "--no-access-log" else [])]
+                serve = numi_mw_serve(upstream, port, *extra, transport=config.upstream_transport, log_level="info")
+                with loopback.process(f"numi-mw serve ({side})", serve, port):
+                    target = Target(side, f"http://127.0.0.1:{port}/v1")
+                    wrk(target, "json", body, 4, 1, workdir)  # warm up
+                    rates[side].append(wrk(target, "json", body, 4, config.wrk_seconds, workdir).rate)
+                say(f"  {side}: {rates[side][-1]:.0f} req/s")
+    on, off = statistics.median(rates["access log"]), statistics.median(rates["--no-access-log"])
+    sides_out = [Side("access log", on, "req/s"), Side("--no-access-log", off, "req/s")]
+    return _row(name, title, on / off if off else None, ">=", ACCESS_LOG_TARGET, sides_out, {"rates": rates})
+
+
+ACCESS_LOG_TARGET = 0.85
+"""The access log may cost the sidecar at most 15 % of its buffered requests per second (our target)."""
 
 
 def _workers_row(config: Config, say: Callable[[str], None], have_wrk: bool) -> Measurement:

@@ -50,6 +50,7 @@ EXPECTED = {
     "scale.memory_per_stream",
     "scale.rate_with_streams",
     "scale.workers_2_vs_1",
+    "scale.access_log",
 }
 
 
