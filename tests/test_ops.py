@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -406,15 +407,19 @@ def test_the_library_logger_has_a_null_handler() -> None:
     assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("numi_mw").handlers)
 
 
-def test_the_text_time_stamp_is_the_standard_formatter_s_whatever_the_second() -> None:
-    """``TextFormatter`` formats the date and time once per second; every stamp is still the one
-    ``logging.Formatter`` writes (``2026-12-04 04:01:29,259``), on the same second, the next and one before."""
-    ours, standard = TextFormatter(), logging.Formatter("%(asctime)s")
+def test_time_stamps_are_the_standard_ones_whatever_the_second() -> None:
+    """Both formatters format the date and time once per second; every stamp is still the one written for that
+    record alone: ``logging.Formatter``'s in text (``2026-12-04 04:01:29,259``, local time), ISO 8601 in UTC in
+    JSON (``2025-12-04T04:01:29.259Z``), on the same second, the next and one before."""
+    text, standard, as_json = TextFormatter(), logging.Formatter("%(asctime)s"), JSONFormatter()
     record = logging.LogRecord("numi_mw.access", logging.INFO, __file__, 1, "m", None, None)
     for created in (1764820889.259, 1764820889.9995, 1764820890.0004, 1764820890.5, 1764820889.001, 1764820889.0):
         record.created, record.msecs = created, float(int((created - int(created)) * 1000))
-        assert ours.formatTime(record) == standard.formatTime(record), created
-    assert ours.formatTime(record).endswith(":29,000")
+        assert text.formatTime(record) == standard.formatTime(record), created
+        utc = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+        assert json.loads(as_json.format(record))["time"] == f"{utc}.{int(record.msecs):03d}Z", created
+    assert text.formatTime(record).endswith(":29,000")
+    assert json.loads(as_json.format(record))["time"] == "2025-12-04T04:01:29.000Z"
 
 
 def test_log_records_left_lean_format_to_the_same_lines(monkeypatch: pytest.MonkeyPatch) -> None:

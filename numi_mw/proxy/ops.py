@@ -16,7 +16,7 @@ import logging
 import re
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -416,6 +416,26 @@ def escape_value(text: str) -> str:
     return text.translate(_VALUE_ESCAPES)
 
 
+class _SecondStamp:
+    """A log line's date and time to the second, ``time.strftime(form, convert(created))``, formatted once per
+    second (a sidecar writes an access line per request); the caller adds the milliseconds."""
+
+    __slots__ = ("_convert", "_form", "_second", "_text")
+
+    def __init__(self, form: str, convert: Callable[[float], time.struct_time]) -> None:
+        self._form = form
+        self._convert = convert
+        self._second = -1
+        self._text = ""
+
+    def __call__(self, created: float) -> str:
+        second = int(created)
+        if second != self._second:
+            self._text = time.strftime(self._form, self._convert(created))
+            self._second = second
+        return self._text
+
+
 class TextFormatter(logging.Formatter):
     """``TIME LEVEL LOGGER: MESSAGE`` on one line: the message with its control characters and backslashes escaped
     (``escape_line``; the access line escapes each value itself, spaces too, ``escape_value``); an exception's
@@ -423,17 +443,12 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
-        self._second = -1
-        self._stamp = ""
+        self._stamp = _SecondStamp(self.default_time_format, self.converter)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        """``logging.Formatter.formatTime`` (``2026-12-04 04:01:29,259``), its date and time formatted once per
-        second: a sidecar writes an access line per request."""
-        second = int(record.created)
-        if second != self._second:
-            self._stamp = time.strftime(self.default_time_format, self.converter(record.created))
-            self._second = second
-        return f"{self._stamp},{int(record.msecs):03d}"  # logging.Formatter.default_msec_format
+        """``logging.Formatter.formatTime`` (``2026-12-04 04:01:29,259``, local time), its date and time formatted
+        once per second (``_SecondStamp``)."""
+        return f"{self._stamp(record.created)},{int(record.msecs):03d}"  # logging.Formatter.default_msec_format
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
@@ -452,9 +467,13 @@ class JSONFormatter(logging.Formatter):
     and, when known, ``provider``, ``model``, ``wire_api``, ``upstream_error``) or ``message``; ``exception``
     holds a traceback without the exception's text."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._stamp = _SecondStamp("%Y-%m-%dT%H:%M:%S", time.gmtime)
+
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "time": f"{self._stamp(record.created)}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
         }
