@@ -42,6 +42,8 @@ upstream client included:
 - ``sidecar.buffered.aiohttp``, ``sidecar.stream.aiohttp``: the same with ``--upstream-transport aiohttp``;
 - ``sidecar.buffered_new_connection.aiohttp``: the buffered request on aiohttp, each on a new connection
   (``Connection: close``), as the ``latency`` case's stream client opens one per stream;
+- ``sidecar.buffered_logged.aiohttp``: the buffered request on aiohttp with ``numi-mw serve`` at its default log
+  level, ``info``, so that each request writes its access line (every other server workload runs at ``warning``);
 - ``floor.passthrough_buffered``, ``floor.passthrough_stream``: the same requests through the same-stack
   pass-through (``benchmarks.passthrough``: Starlette, httpx and uvicorn without a rule).
 
@@ -104,6 +106,7 @@ SERVER_WORKLOADS: dict[str, int] = {
     "sidecar.buffered.aiohttp": 300,
     "sidecar.stream.aiohttp": 100,
     "sidecar.buffered_new_connection.aiohttp": 300,
+    "sidecar.buffered_logged.aiohttp": 300,
     "floor.passthrough_buffered": 300,
     "floor.passthrough_stream": 100,
 }
@@ -238,7 +241,8 @@ def _server_command(name: str, upstream: str, port: int) -> list[str]:
 
     if name.startswith("floor.passthrough"):
         return [sys.executable, "-m", "benchmarks.passthrough", "--upstream", upstream, "--port", str(port)]
-    return numi_mw_serve(upstream, port, "--provider", "openrouter", transport=name.rsplit(".", 1)[1])
+    level = "info" if "_logged" in name else "warning"  # info: the default, with an access line per request
+    return numi_mw_serve(upstream, port, "--provider", "openrouter", transport=name.rsplit(".", 1)[1], log_level=level)
 
 
 async def _send_requests(url: str, body: bytes, marker: bytes, count: int, *, close: bool = False) -> None:

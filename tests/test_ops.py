@@ -223,6 +223,25 @@ def test_metrics_count_upstream_errors_by_stage_and_kind() -> None:
     assert 'numi_mw_requests_total{provider="local",route="local",status="502",wire_api="openai-chat"} 1.0' in lines
 
 
+def test_each_status_of_a_route_counts_apart_and_its_times_together() -> None:
+    """A route's answers count by status; its two histograms, which have no status label, take them all."""
+    answers = iter([200, 502, 200])
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        status = next(answers)
+        if status == 502:
+            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        return answering()(request)
+
+    with client_for(handle) as client:
+        assert [client.post("/v1/chat/completions", json=REQUEST).status_code for _ in range(3)] == [200, 502, 200]
+        lines = metric_lines(client)
+    assert 'numi_mw_requests_total{provider="local",route="local",status="200",wire_api="openai-chat"} 2.0' in lines
+    assert 'numi_mw_requests_total{provider="local",route="local",status="502",wire_api="openai-chat"} 1.0' in lines
+    assert f"numi_mw_time_to_first_byte_seconds_count{{{LABELS}}} 3.0" in lines
+    assert f"numi_mw_request_duration_seconds_count{{{LABELS}}} 3.0" in lines
+
+
 def test_catalog_requests_are_counted_by_endpoint() -> None:
     app = create_app(catalog=load_catalog(CATALOG, "c.toml"), transport=httpx.MockTransport(answering()))
     with TestClient(app) as client:

@@ -162,6 +162,25 @@ class Metrics:
             ("stage", "kind"),
             registry=self.registry,
         )
+        self._answered: dict[tuple[str, str, str, int], tuple[Counter, Histogram, Histogram]] = {}
+
+    def answered(self, labels: tuple[str, str, str], status: int, ttfb: float, total: float) -> None:
+        """Count one answered request with ``labels`` (route, provider, wire API) and ``status``, and observe its
+        time to the first body byte and its duration (seconds). The labelled children of each label set are looked
+        up once (``labels`` of ``prometheus_client`` costs more than the counting), then kept: a child stays its
+        metric's until removed, and none is."""
+        key = (*labels, status)
+        children = self._answered.get(key)
+        if children is None:
+            children = self._answered[key] = (
+                self.requests.labels(*labels, str(status)),
+                self.first_byte.labels(*labels),
+                self.duration.labels(*labels),
+            )
+        requests, first_byte, duration = children
+        requests.inc()
+        first_byte.observe(ttfb)
+        duration.observe(total)
 
 
 @dataclass(slots=True)
@@ -318,9 +337,7 @@ class Operations:
         route = exchange.endpoint or exchange.provider or "numi_mw"
         if self.metrics is not None:
             labels = (route, exchange.provider or "", exchange.wire_api or "")
-            self.metrics.requests.labels(*labels, str(status)).inc()
-            self.metrics.first_byte.labels(*labels).observe(ttfb)
-            self.metrics.duration.labels(*labels).observe(total)
+            self.metrics.answered(labels, status, ttfb, total)
             if reasoning is not None:
                 self.metrics.reasoning_tokens.labels(*labels).inc(reasoning)
             if exchange.failure is not None:
