@@ -240,6 +240,18 @@ def test_each_status_of_a_route_counts_apart_and_its_times_together() -> None:
     assert 'numi_mw_requests_total{provider="local",route="local",status="502",wire_api="openai-chat"} 1.0' in lines
     assert f"numi_mw_time_to_first_byte_seconds_count{{{LABELS}}} 3.0" in lines
     assert f"numi_mw_request_duration_seconds_count{{{LABELS}}} 3.0" in lines
+    assert f"numi_mw_reasoning_tokens_total{{{LABELS}}} 14.0" in lines  # 7 in each answered stream's usage
+
+
+def test_a_route_whose_answers_count_no_reasoning_tokens_has_no_reasoning_series() -> None:
+    def plain(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}}]})
+
+    with client_for(plain) as client:
+        assert client.post("/v1/chat/completions", json=REQUEST).status_code == 200
+        lines = metric_lines(client)
+    assert 'numi_mw_requests_total{provider="local",route="local",status="200",wire_api="openai-chat"} 1.0' in lines
+    assert not any(line.startswith("numi_mw_reasoning_tokens_total{") for line in lines)
 
 
 def test_catalog_requests_are_counted_by_endpoint() -> None:

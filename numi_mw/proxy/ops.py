@@ -163,12 +163,16 @@ class Metrics:
             registry=self.registry,
         )
         self._answered: dict[tuple[str, str, str, int], tuple[Counter, Histogram, Histogram]] = {}
+        self._reasoning: dict[tuple[str, str, str], Counter] = {}
 
-    def answered(self, labels: tuple[str, str, str], status: int, ttfb: float, total: float) -> None:
-        """Count one answered request with ``labels`` (route, provider, wire API) and ``status``, and observe its
-        time to the first body byte and its duration (seconds). The labelled children of each label set are looked
-        up once (``labels`` of ``prometheus_client`` costs more than the counting), then kept: a child stays its
-        metric's until removed, and none is."""
+    def answered(
+        self, labels: tuple[str, str, str], status: int, ttfb: float, total: float, reasoning: int | None
+    ) -> None:
+        """Count one answered request with ``labels`` (route, provider, wire API) and ``status``, observe its time
+        to the first body byte and its duration (seconds), and add its ``reasoning`` tokens when its usage said
+        them (a label set's reasoning series appears with its first count). The labelled children of each label
+        set are looked up once (``labels`` of ``prometheus_client`` costs more than the counting), then kept: a
+        child stays its metric's until removed, and none is."""
         key = (*labels, status)
         children = self._answered.get(key)
         if children is None:
@@ -181,6 +185,11 @@ class Metrics:
         requests.inc()
         first_byte.observe(ttfb)
         duration.observe(total)
+        if reasoning is not None:
+            counter = self._reasoning.get(labels)
+            if counter is None:
+                counter = self._reasoning[labels] = self.reasoning_tokens.labels(*labels)
+            counter.inc(reasoning)
 
 
 @dataclass(slots=True)
@@ -337,9 +346,7 @@ class Operations:
         route = exchange.endpoint or exchange.provider or "numi_mw"
         if self.metrics is not None:
             labels = (route, exchange.provider or "", exchange.wire_api or "")
-            self.metrics.answered(labels, status, ttfb, total)
-            if reasoning is not None:
-                self.metrics.reasoning_tokens.labels(*labels).inc(reasoning)
+            self.metrics.answered(labels, status, ttfb, total, reasoning)
             if exchange.failure is not None:
                 self.metrics.upstream_errors.labels(*exchange.failure).inc()
         if not access_log.isEnabledFor(logging.INFO):
