@@ -413,9 +413,8 @@ class Matrix:
             for job in jobs:
                 self.replay.requests.pop(job["id"], None)
         if done.returncode != 0:
-            self.failures[client.name] = (
-                f"{client.name} driver exited {done.returncode}: {done.stderr.decode()[-3000:]}"
-            )
+            said = crash_report(done.stderr) if done.returncode < 0 else done.stderr.decode()[-3000:]
+            self.failures[client.name] = f"{client.name} driver exited {done.returncode}: {said}"
             raise RuntimeError(self.failures[client.name])
         self.results[client.name] = {result["id"]: result for result in json.loads(done.stdout)}
         return self.results[client.name]
