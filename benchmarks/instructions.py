@@ -44,6 +44,7 @@ upstream client included:
   (``Connection: close``), as the ``latency`` case's stream client opens one per stream;
 - ``sidecar.buffered_logged.aiohttp``: the buffered request on aiohttp with ``numi-mw serve`` at its default log
   level, ``info``, so that each request writes its access line (every other server workload runs at ``warning``);
+  ``sidecar.buffered_logged_json.aiohttp``: the same with ``--log-format json``;
 - ``floor.passthrough_buffered``, ``floor.passthrough_stream``: the same requests through the same-stack
   pass-through (``benchmarks.passthrough``: Starlette, httpx and uvicorn without a rule).
 
@@ -107,6 +108,7 @@ SERVER_WORKLOADS: dict[str, int] = {
     "sidecar.stream.aiohttp": 100,
     "sidecar.buffered_new_connection.aiohttp": 300,
     "sidecar.buffered_logged.aiohttp": 300,
+    "sidecar.buffered_logged_json.aiohttp": 300,
     "floor.passthrough_buffered": 300,
     "floor.passthrough_stream": 100,
 }
@@ -242,7 +244,9 @@ def _server_command(name: str, upstream: str, port: int) -> list[str]:
     if name.startswith("floor.passthrough"):
         return [sys.executable, "-m", "benchmarks.passthrough", "--upstream", upstream, "--port", str(port)]
     level = "info" if "_logged" in name else "warning"  # info: the default, with an access line per request
-    return numi_mw_serve(upstream, port, "--provider", "openrouter", transport=name.rsplit(".", 1)[1], log_level=level)
+    extra = ["--log-format", "json"] if "_logged_json" in name else []
+    transport = name.rsplit(".", 1)[1]
+    return numi_mw_serve(upstream, port, "--provider", "openrouter", *extra, transport=transport, log_level=level)
 
 
 async def _send_requests(url: str, body: bytes, marker: bytes, count: int, *, close: bool = False) -> None:

@@ -367,11 +367,23 @@ class Operations:
                 fields[key] = value
         if exchange.failure is not None:
             fields["upstream_error"] = f"{exchange.failure[0]}:{exchange.failure[1]}"
+        access_log.info("%s", _AccessLine(fields), extra={"access": fields})
+
+
+class _AccessLine:
+    """The text of an access line, ``key=value`` fields apart by spaces (``escape_value``), built when a formatter
+    asks for the record's message (``TextFormatter``; ``JSONFormatter`` writes the fields themselves)."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+
+    def __str__(self) -> str:
         # a number's text needs no escape; a string (a path, a model id) may hold anything
-        text = " ".join(
-            [f"{key}={escape_value(value) if type(value) is str else value}" for key, value in fields.items()]
+        return " ".join(
+            [f"{key}={escape_value(value) if type(value) is str else value}" for key, value in self.fields.items()]
         )
-        access_log.info("%s", text, extra={"access": fields})
 
 
 def _is_event_stream(headers: Iterable[tuple[bytes, bytes]]) -> bool:
