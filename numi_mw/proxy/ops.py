@@ -531,12 +531,19 @@ def lean_log_records() -> None:
     ``logAsyncioTasks``); with one access line per request they cost the sidecar's event loop a few microseconds
     each time. Called once by each ``numi-mw serve`` process; an app served another way
     (``proxy.create_app``) leaves its process's logging alone."""
-    logging._srcfile = None
-    logging.logThreads = False
-    logging.logProcesses = False
-    logging.logMultiprocessing = False
-    if hasattr(logging, "logAsyncioTasks"):  # Python 3.12 and later
-        logging.logAsyncioTasks = False
+    for name, value in LEAN_LOG_SWITCHES.items():
+        if hasattr(logging, name):  # logAsyncioTasks: Python 3.12 and later
+            setattr(logging, name, value)
+
+
+LEAN_LOG_SWITCHES: dict[str, Any] = {
+    "_srcfile": None,
+    "logThreads": False,
+    "logProcesses": False,
+    "logMultiprocessing": False,
+    "logAsyncioTasks": False,
+}
+"""The ``logging`` module's switches ``lean_log_records`` sets, with the value it gives each."""
 
 
 def log_config(level: str, log_format: LogFormat, *, access_log: bool = True) -> dict[str, Any]:
