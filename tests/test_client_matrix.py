@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import warnings
@@ -48,7 +49,10 @@ CLIENTS_NODE = os.environ.get("NUMI_MW_CLIENTS_NODE", "")
 JOB_TIMEOUT = 20
 """Seconds a client may wait on one request (the client's own timeout)."""
 CRASH_ATTEMPTS = 2
-"""Runs of a driver killed by a signal (a crash of the client's own interpreter), the last one's outcome counts."""
+"""Runs of a driver that crashed (killed by one of ``CRASH_SIGNALS``); the last one's outcome counts."""
+CRASH_SIGNALS = frozenset((signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT))
+"""The signals of a crash of the driver's own process; a driver killed by any other (SIGKILL, SIGTERM, SIGINT) is
+not run again."""
 OPENROUTER_CLAUDE_STREAM = "openai-chat/openrouter-claude-sonnet-4.5-reasoning-details.sse"
 
 
@@ -322,11 +326,13 @@ def crash_report(stderr: bytes) -> str:
     """The error and the stack of the thread that crashed, from a driver's ``-X faulthandler`` dump of its threads
     (at most 100 of them: past that the crashed one may be left out, and the dump's start is given)."""
     text = stderr.decode(errors="replace")
-    start = text.find("Current thread")
+    # from "Fatal Python error: Segmentation fault" on: what the driver printed before is left out
+    fatal = max(text.find("Fatal Python error"), 0)
+    start = text.find("Current thread", fatal)
     if start < 0:
-        return text[:3000]
+        return text[fatal : fatal + 3000]
     end = text.find("\n\n", start)
-    error = text.partition("\n")[0]  # "Fatal Python error: Segmentation fault"
+    error = text[fatal:].partition("\n")[0]
     return f"{error}\n{text[start : end if end >= 0 else None]}"[:3000]
 
 
@@ -352,9 +358,12 @@ class Matrix:
             self.sidecars[provider, path] = self.stack.enter_context(sidecar(self.replay.base_url, *options))
         return self.sidecars[provider, path]
 
-    def job(self, row: Row, path: str) -> dict[str, Any]:
+    def job(self, row: Row, path: str, attempt: int = 1) -> dict[str, Any]:
+        """The driver's job for ``row`` on ``path``; ``attempt`` (from 1) is the driver's run, each in its own
+        scopes of the replay store."""
         recording = row.recording
         job_id = f"{row.id}/{path}"
+        store_key = f"sk-replay-{job_id}" if attempt == 1 else f"sk-replay-{job_id}-run{attempt}"
         headers = {"x-matrix-job": job_id, "x-replay-fixture": recording.path, "x-replay-then": recording.then}
         if row.error:
             headers["x-replay-break-after"] = str(ERROR_BREAK_AFTER)
@@ -365,7 +374,7 @@ class Matrix:
             "id": job_id,
             "client": row.client.name,
             "base_url": self.sidecar(recording.provider, path) if through and not transport else direct_url,
-            "api_key": f"sk-replay-{job_id}" if path == "store" else "sk-replay",  # a scope of the store per job
+            "api_key": store_key if path == "store" else "sk-replay",  # a scope of the store per job and run
             "model": recording.model,
             "stream": recording.stream,
             "headers": headers,
@@ -379,12 +388,22 @@ class Matrix:
         }
 
     def run_client(self, client: Client) -> dict[str, dict[str, Any]]:
+        """Each job's result for ``client``, from one run of its driver (``_drive``); a run that failed in any way
+        fails every row of the client with the same error, and is never run again into a record that already holds
+        its turns."""
         if client.name in self.results:
             return self.results[client.name]
-        if client.name in self.failures:  # one failed driver run fails every row of its client with the same error
+        if client.name in self.failures:
             raise RuntimeError(self.failures[client.name])
+        try:
+            self.results[client.name] = self._drive(client)
+        except Exception as exc:
+            self.failures[client.name] = f"{type(exc).__name__}: {exc}"
+            raise
+        return self.results[client.name]
+
+    def _drive(self, client: Client) -> dict[str, dict[str, Any]]:
         rows = [row for row in ROWS if row.client == client]
-        jobs = [self.job(row, path) for row in rows for path in row.paths]
         if client.runtime == "node":
             assert self.node_dir is not None
             command = ["node", str(self.node_dir / "node_driver.mjs")]
@@ -394,6 +413,7 @@ class Matrix:
             command = [sys.executable, "-X", "faulthandler", str(DRIVERS / "py_driver.py")]
         env = {**os.environ, "PYTHONPATH": str(DRIVERS.parents[1]), "NO_PROXY": "127.0.0.1"}
         for attempt in range(1, CRASH_ATTEMPTS + 1):
+            jobs = [self.job(row, path, attempt) for row in rows for path in row.paths]
             done = subprocess.run(
                 command,
                 input=json.dumps(jobs).encode(),
@@ -402,22 +422,21 @@ class Matrix:
                 env=env,
                 check=False,
             )
-            if done.returncode >= 0 or attempt == CRASH_ATTEMPTS:
+            if -done.returncode not in CRASH_SIGNALS or attempt == CRASH_ATTEMPTS:
                 break
-            # killed by a signal: the client's own interpreter or a native extension of it crashed (a client meets a
-            # bad answer with an exception, not a signal); its jobs run once more from turn 1 on a clean record
+            # the client's own interpreter or a native extension of it crashed (a client meets a bad answer with an
+            # exception, not a signal): its jobs run once more from turn 1, on a clean record of the replay and in
+            # new scopes of the replay store, so that nothing the crashed run kept can make the next one pass
+            for job in jobs:
+                self.replay.requests.pop(job["id"], None)
             warnings.warn(
                 f"{client.name} driver crashed (exit {done.returncode}), ran again: {crash_report(done.stderr)}",
                 stacklevel=1,
             )
-            for job in jobs:
-                self.replay.requests.pop(job["id"], None)
         if done.returncode != 0:
             said = crash_report(done.stderr) if done.returncode < 0 else done.stderr.decode()[-3000:]
-            self.failures[client.name] = f"{client.name} driver exited {done.returncode}: {said}"
-            raise RuntimeError(self.failures[client.name])
-        self.results[client.name] = {result["id"]: result for result in json.loads(done.stdout)}
-        return self.results[client.name]
+            raise RuntimeError(f"{client.name} driver exited {done.returncode}: {said}")
+        return {result["id"]: result for result in json.loads(done.stdout)}
 
     def outcome(self, row: Row, path: str) -> dict[str, str | None]:
         job_id = f"{row.id}/{path}"

@@ -348,6 +348,17 @@ def test_a_text_access_line_escapes_what_could_forge_a_line_or_a_field(caplog: p
     )
 
 
+def test_a_json_log_line_is_one_line_and_sends_no_control_whatever_the_path(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="numi_mw")
+    with client_for(answering()) as client:
+        client.get("/v1/a%E2%80%A8b%C2%85c%C2%9b31m%7f%E2%80%A9%5c%E2%80%A8d%C3%A9")
+    [record] = [r for r in caplog.records if r.name == "numi_mw.access"]
+    line = JSONFormatter().format(record)
+    assert line.splitlines() == [line]
+    assert '"path": "/v1/a\\u2028b\\u0085c\\u009b31m\\u007f\\u2029\\\\\\u2028dé"' in line  # é stays as it is
+    assert json.loads(line)["path"] == "/v1/a\u2028b\x85c\x9b31m\x7f\u2029\\\u2028dé"
+
+
 def test_a_text_log_line_escapes_control_characters_and_backslashes() -> None:
     record = logging.LogRecord(
         "numi_mw.serve", logging.INFO, __file__, 1, "model %s", ("a\nb\\c\x1b\x85\u2028d",), None

@@ -439,6 +439,11 @@ backslash as ``\\\\`` so that an escape in the text cannot pass for one of these
 
 _VALUE_ESCAPES: dict[int, str] = {**_LINE_ESCAPES, 0x20: "\\x20"}
 
+_JSON_ESCAPES: dict[int, str] = {code: f"\\u{code:04x}" for code in (0x7F, *range(0x80, 0xA0), 0x2028, 0x2029)}
+"""What a JSON log line escapes beyond what ``json.dumps`` does (the C0 controls, the quote, the backslash): DEL, the
+C1 controls and the Unicode line and paragraph separators, as ``\\uNNNN``. Any of them can only stand inside a
+string of the line, where the escape reads back as the same character."""
+
 
 def escape_line(text: str) -> str:
     """``text`` with every character that could end a log line or fake an escape (``_LINE_ESCAPES``) escaped:
@@ -501,7 +506,8 @@ class JSONFormatter(logging.Formatter):
     """One JSON object per line: ``time`` (ISO 8601, UTC), ``level``, ``logger``, then the access log's fields
     (``method``, ``path``, ``status``, ``request_bytes``, ``response_bytes``, ``ttfb_s``, ``total_s``, ``route``
     and, when known, ``provider``, ``model``, ``wire_api``, ``upstream_error``) or ``message``; ``exception``
-    holds a traceback without the exception's text."""
+    holds a traceback without the exception's text. Text other than ASCII stays as it is, but for the characters
+    that could break the line or reach a terminal as a control (``_JSON_ESCAPES``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -520,7 +526,7 @@ class JSONFormatter(logging.Formatter):
             out["message"] = record.getMessage()
         if record.exc_info and record.exc_info[1] is not None:
             out["exception"] = withheld_exception(record.exc_info[1])
-        return json.dumps(out, ensure_ascii=False)
+        return json.dumps(out, ensure_ascii=False).translate(_JSON_ESCAPES)
 
 
 def lean_log_records() -> None:
