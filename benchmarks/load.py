@@ -166,6 +166,16 @@ def portkey_script() -> str | None:
     return str(script) if script.exists() else None
 
 
+def _harness_upstream(stack: contextlib.ExitStack) -> str:
+    """The harness's trivial upstream (``benchmarks.upstream``) on a free loopback port, stopped with ``stack``;
+    returns its ``/v1`` base URL."""
+    port = loopback.free_port()
+    stack.enter_context(
+        loopback.process("upstream", [sys.executable, "-m", "benchmarks.upstream", "--port", str(port)], port)
+    )
+    return f"http://127.0.0.1:{port}/v1"
+
+
 def numi_mw_serve(
     upstream: str, port: int, *extra: str, transport: str = DEFAULT_UPSTREAM_TRANSPORT, log_level: str = "warning"
 ) -> list[str]:
@@ -307,14 +317,8 @@ def load_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
     raise_open_files()
     bodies = {"json": payloads.request_2kb(), "sse": payloads.request_2kb(stream=True)}
     table: dict[str, dict[str, dict[int, dict[str, float]]]] = {}
-    upstream_port = loopback.free_port()
     with contextlib.ExitStack() as stack:
-        stack.enter_context(
-            loopback.process(
-                "upstream", [sys.executable, "-m", "benchmarks.upstream", "--port", str(upstream_port)], upstream_port
-            )
-        )
-        peers = Peers(stack, f"http://127.0.0.1:{upstream_port}/v1", say, config.upstream_transport)
+        peers = Peers(stack, _harness_upstream(stack), say, config.upstream_transport)
         targets = peers.targets(passthrough=True)
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="numi-mw-wrk-")))
         for kind in KINDS:
@@ -641,11 +645,8 @@ def _access_log_row(config: Config, say: Callable[[str], None], have_wrk: bool) 
         return _skipped(name, title, ">=", ACCESS_LOG_TARGET, "wrk not installed")
     body = payloads.request_2kb()
     rates: dict[str, list[float]] = {"access log": [], "--no-access-log": []}
-    upstream_port = loopback.free_port()
     with contextlib.ExitStack() as stack:
-        command = [sys.executable, "-m", "benchmarks.upstream", "--port", str(upstream_port)]
-        stack.enter_context(loopback.process("upstream", command, upstream_port))
-        upstream = f"http://127.0.0.1:{upstream_port}/v1"
+        upstream = _harness_upstream(stack)
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="numi-mw-wrk-")))
         for round_ in range(ACCESS_LOG_ROUNDS):
             sides = list(rates) if round_ % 2 == 0 else list(rates)[::-1]
@@ -677,11 +678,8 @@ def _workers_row(config: Config, say: Callable[[str], None], have_wrk: bool) -> 
         return _skipped(name, title, ">=", 1.0, "numi-mw serve has no --workers option")
     body = payloads.request_2kb()
     rates: dict[int, float] = {}
-    upstream_port = loopback.free_port()
     with contextlib.ExitStack() as stack:
-        command = [sys.executable, "-m", "benchmarks.upstream", "--port", str(upstream_port)]
-        stack.enter_context(loopback.process("upstream", command, upstream_port))
-        upstream = f"http://127.0.0.1:{upstream_port}/v1"
+        upstream = _harness_upstream(stack)
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="numi-mw-wrk-")))
         for workers in (1, 2):
             port = loopback.free_port()
