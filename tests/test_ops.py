@@ -592,36 +592,37 @@ BROKEN_ANSWER = {
 }
 
 
+def one_logged_request(upstream_port: int, *options: str, query: str = "") -> tuple[httpx.Response, str]:
+    """One chat completions request (plus ``query``) through a real ``numi-mw serve --upstream`` at
+    ``upstream_port`` with ``options``; its response, and everything the process logged."""
+    port = free_port()
+    command = [*numi_mw_command(), "serve", "--upstream", f"http://127.0.0.1:{upstream_port}/v1", "--port", str(port)]
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen([*command, *options], stdout=log, stderr=log)
+        try:
+            wait_for_port(port, process)
+            with httpx.Client(timeout=20) as client:
+                url = f"http://127.0.0.1:{port}/v1/chat/completions{query}"
+                response = client.post(url, json=REQUEST, headers=HEADERS)
+        finally:
+            stop_process(process)
+        log.seek(0)
+        return response, log.read().decode()
+
+
 @pytest.mark.parametrize("transport", UPSTREAM_TRANSPORTS)
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_a_real_sidecar_logs_no_body_byte_of_a_broken_upstream(
     broken_chunked_upstream: int, log_format: str, transport: str
 ) -> None:
-    port = free_port()
-    command = [
-        *numi_mw_command(),
-        "serve",
-        "--upstream",
-        f"http://127.0.0.1:{broken_chunked_upstream}/v1",
-        "--port",
-        str(port),
+    response, logged = one_logged_request(
+        broken_chunked_upstream,
         "--log-format",
         log_format,
         "--upstream-transport",
         transport,
-    ]
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(command, stdout=log, stderr=log)
-        try:
-            wait_for_port(port, process)
-            with httpx.Client(timeout=20) as client:
-                response = client.post(
-                    f"http://127.0.0.1:{port}/v1/chat/completions?key={SECRET_KEY}", json=REQUEST, headers=HEADERS
-                )
-        finally:
-            stop_process(process)
-        log.seek(0)
-        logged = log.read().decode()
+        query=f"?key={SECRET_KEY}",
+    )
     status, upstream_error, message, error = BROKEN_ANSWER[transport]
     assert response.status_code == status
     assert response.content == error if status == 502 else error in response.content  # the body, or its error event
@@ -647,28 +648,8 @@ def test_a_real_sidecar_logs_no_body_byte_of_a_broken_upstream(
 
 
 def test_a_real_sidecar_without_its_access_log_still_logs_start_up_and_failures(broken_chunked_upstream: int) -> None:
-    port = free_port()
-    command = [
-        *numi_mw_command(),
-        "serve",
-        "--upstream",
-        f"http://127.0.0.1:{broken_chunked_upstream}/v1",
-        "--port",
-        str(port),
-        "--no-access-log",
-        "--upstream-transport",
-        "aiohttp",
-    ]
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(command, stdout=log, stderr=log)
-        try:
-            wait_for_port(port, process)
-            with httpx.Client(timeout=20) as client:
-                response = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=REQUEST, headers=HEADERS)
-        finally:
-            stop_process(process)
-        log.seek(0)
-        lines = log.read().decode().splitlines()
+    response, logged = one_logged_request(broken_chunked_upstream, "--no-access-log", "--upstream-transport", "aiohttp")
+    lines = logged.splitlines()
     assert response.status_code == 502
     assert not [line for line in lines if " numi_mw.access: " in line]
     assert [line.partition(" WARNING ")[2] for line in lines if " numi_mw.upstream: " in line] == [
