@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from numi_mw.proxy.ops import LEAN_LOG_SWITCHES
 from numi_mw.upstream import DEFAULT_UPSTREAM_TRANSPORT, UPSTREAM_TRANSPORTS
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -37,6 +39,14 @@ def upstream_transport(request: pytest.FixtureRequest) -> Iterator[str]:
         yield name
     finally:
         SIDECAR_TRANSPORT[0] = DEFAULT_UPSTREAM_TRANSPORT
+
+
+def keep_logging_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put the ``logging`` switches ``ops.lean_log_records`` sets (``LEAN_LOG_SWITCHES``) back after the test, so
+    that a test that runs it, or ``numi-mw serve`` in this process, leaves the others' logging as it was."""
+    for name in LEAN_LOG_SWITCHES:
+        if hasattr(logging, name):  # logAsyncioTasks: Python 3.12 and later
+            monkeypatch.setattr(logging, name, getattr(logging, name))
 
 
 def load_case(shared: Path, case_id: str) -> dict[str, Any]:

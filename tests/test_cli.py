@@ -551,7 +551,7 @@ def _record_the_collector(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     import logging
 
     from numi_mw import cli
-    from numi_mw.proxy.ops import LEAN_LOG_SWITCHES
+    from tests.conftest import keep_logging_switches
 
     monkeypatch.setattr(
         cli, "log_config", lambda level, style, **options: None
@@ -560,9 +560,7 @@ def _record_the_collector(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         logger = logging.getLogger(name)
         monkeypatch.setattr(logger, "level", logger.level)
     calls: list[Any] = []
-    for name in LEAN_LOG_SWITCHES:  # ops.lean_log_records sets them: put back after the test
-        if hasattr(logging, name):
-            monkeypatch.setattr(logging, name, getattr(logging, name))
+    keep_logging_switches(monkeypatch)  # ops.lean_log_records sets them
     monkeypatch.setattr(gc, "collect", lambda *args: calls.append("collect") or 0)
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
     monkeypatch.setattr(gc, "set_threshold", lambda *thresholds: calls.append(thresholds))

@@ -20,7 +20,6 @@ from starlette.testclient import TestClient
 
 from numi_mw import create_app, load_catalog
 from numi_mw.proxy.ops import (
-    LEAN_LOG_SWITCHES,
     JSONFormatter,
     TextFormatter,
     _TokenCount,
@@ -28,6 +27,7 @@ from numi_mw.proxy.ops import (
     log_config,
 )
 from numi_mw.upstream import UPSTREAM_TRANSPORTS
+from tests.conftest import keep_logging_switches
 from tests.e2e_support import free_port, numi_mw_command, stop_process, wait_for_port
 
 UPSTREAM = "http://127.0.0.1:8000/v1"
@@ -474,9 +474,7 @@ def test_time_stamps_are_the_standard_ones_whatever_the_second() -> None:
 def test_log_records_left_lean_format_to_the_same_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     """``lean_log_records`` (each ``numi-mw serve`` process) drops the caller, thread and process from every record;
     neither formatter writes them, so a line reads the same before and after (but for its time stamp)."""
-    for name in LEAN_LOG_SWITCHES:  # put back after the test
-        if hasattr(logging, name):
-            monkeypatch.setattr(logging, name, getattr(logging, name))
+    keep_logging_switches(monkeypatch)
     records: list[logging.LogRecord] = []
     logger = logging.getLogger("numi_mw.test_lean")
     handler = logging.Handler()
