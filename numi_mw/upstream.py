@@ -168,13 +168,13 @@ _CLOSED_BODY = httpx.ByteStream(b"")
 
 
 async def close_upstream(response: httpx.Response) -> None:
-    """Close ``response``, an answer ``httpx.AsyncClient.send`` gave (its connection goes back to the pool when its
-    body was read to the end, and is closed otherwise), and break the reference cycle httpx's client makes of a
-    streamed answer: the response holds its body's wrapper (``BoundAsyncStream``), which holds the response to set
-    its ``elapsed`` (httpx 0.28 and 0.29). Left alone, each answer (its headers, the transport's response and
-    stream reader) waits for CPython's cycle collector, which then runs every few requests. A closed response
-    never reads its body again (httpx raises ``httpx.StreamClosed``), so it is left with an empty one, and it is
-    freed when its last reference goes. Closing a closed response again changes nothing.
+    """Close ``response``, an answer ``send_upstream`` gave (its connection goes back to the pool when its body was
+    read to the end, and is closed otherwise), and let go of its body: a closed response never reads its body again
+    (httpx raises ``httpx.StreamClosed``), so it is left with an empty one, and what the body held (the transport's
+    response and stream reader) is freed now rather than with the response. An answer an ``httpx.AsyncClient``
+    gave holds its body's wrapper (``BoundAsyncStream``), which holds the response to set its ``elapsed`` (httpx
+    0.28 and 0.29): letting go of the body breaks that reference cycle too, which CPython's cycle collector would
+    otherwise have to find. Closing a closed response again changes nothing.
 
     Raises:
         httpx.RequestError: what ``response.aclose`` raises.
@@ -285,6 +285,59 @@ def open_transport(name: str, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
 
         return AiohttpTransport(limits)
     return PooledTransport(limits)
+
+
+KEEP_ALIVE = (b"Connection", b"keep-alive")
+"""The header httpx's clients send first on every request (``httpx.AsyncClient``'s default headers), which
+``upstream_request`` sends too, so that an upstream gets the bytes it always got."""
+
+
+def upstream_request(
+    method: str,
+    url: httpx.URL,
+    headers: list[tuple[bytes, bytes]],
+    content: bytes | AsyncIterator[bytes],
+    timeout: dict[str, float | None],
+) -> httpx.Request:
+    """The ``httpx.Request`` that ``httpx.AsyncClient.build_request`` would build for these arguments on a client
+    whose only default header is ``Connection: keep-alive`` (``KEEP_ALIVE``, first), with no cookies and no base
+    URL, for ``send_upstream``. ``headers`` are sent in their order after it; httpx adds ``Host`` and the body's
+    framing (``Content-Length``, or ``Transfer-Encoding: chunked`` for a body of unknown length) as it always
+    does. Credentials in ``url`` become ``Authorization: Basic`` in the client's own ``Authorization`` header's
+    place, as the client's default auth makes them (``httpx.BasicAuth``).
+
+    Args:
+        method: the HTTP method.
+        url: the upstream URL, as sent (``target_url``).
+        headers: raw header pairs, names as the client wrote them.
+        content: the body, whole or as it streams.
+        timeout: ``httpx.Timeout.as_dict()`` of the upstream timeouts (seconds), the request's ``timeout``
+            extension that the transports read.
+    """
+    extensions = {"timeout": timeout}
+    request = httpx.Request(method, url, headers=[KEEP_ALIVE, *headers], content=content, extensions=extensions)
+    if url.userinfo:
+        username, password = url.username, url.password
+        if username or password:
+            next(httpx.BasicAuth(username, password).sync_auth_flow(request))  # sets the header, as its flow does
+    return request
+
+
+async def send_upstream(transport: httpx.AsyncBaseTransport, request: httpx.Request) -> httpx.Response:
+    """Send ``request`` (``upstream_request``) through ``transport``; the answer's body is still to be read.
+
+    What ``httpx.AsyncClient.send(request, stream=True)`` does for a client with no auth, no redirects followed,
+    no cookies, no event hooks and no proxies, without the client's steps for each of those (about a tenth of the
+    sidecar's instructions for a buffered request, ``docs/performance.md``): the transport's answer, with its
+    ``request`` set. Nothing wraps its body, so the answer holds no reference back to itself and is freed when its
+    last reference goes.
+
+    Raises:
+        httpx.RequestError: as the transport raises it.
+    """
+    response = await transport.handle_async_request(request)
+    response.request = request
+    return response
 
 
 DECODED = frozenset(("identity", "gzip", "deflate", ""))

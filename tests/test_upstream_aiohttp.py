@@ -185,8 +185,7 @@ def test_aiohttp_is_the_default_and_a_given_transport_takes_its_place() -> None:
     ):
         app = create_app("http://127.0.0.1:9/v1", **kwargs)  # type: ignore[arg-type]
         with TestClient(app):
-            client = app.state.sidecar.client
-            assert type(client._transport) is kind
+            assert type(app.state.sidecar.upstream) is kind
 
 
 def test_aiohttp_missing_or_too_old_is_refused_with_the_install_command(

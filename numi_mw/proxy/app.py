@@ -1,4 +1,4 @@
-"""``create_app``: the sidecar's Starlette app with one shared ``httpx.AsyncClient``.
+"""``create_app``: the sidecar's Starlette app with one shared upstream transport (``httpx.AsyncBaseTransport``).
 
 The sidecar's ``/v1`` stands for the upstream base URL (which may carry a path, e.g.
 ``https://openrouter.ai/api/v1``): ``/v1/chat/completions`` reaches ``<base>/chat/completions``. Chat
@@ -87,9 +87,11 @@ from numi_mw.upstream import (
     open_transport,
     relay,
     relayed_headers,
+    send_upstream,
     target_url,
     upstream_failure,
     upstream_headers,
+    upstream_request,
     whole_answer,
 )
 
@@ -103,11 +105,6 @@ UPSTREAM_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=1
 connection, up to the read timeout, and then fail with 504); up to 100 idle ones are kept for reuse. The pool is
 ``upstream.UpstreamPool``, whose work per request does not grow with the count of connections."""
 
-_CLIENT_DEFAULTS = ("accept", "accept-encoding", "user-agent")
-"""Headers ``httpx.AsyncClient`` adds to every request by default, removed from the shared client: a client that
-sent no ``accept`` or ``user-agent`` reaches the upstream without one, as it would directly (``accept-encoding``
-is set per request)."""
-
 _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
 _DROP_STREAMED = HOP_BY_HOP | {b"host", b"accept-encoding"}
 """What a body forwarded as it streams loses: its ``content-length`` stays (httpx then sends no chunked framing)."""
@@ -118,39 +115,8 @@ def _error_response(error: ApiError) -> Response:
     return Response(error.to_bytes(), status_code=error.status, media_type="application/json")
 
 
-class _NoCookies(httpx.Cookies):
-    """Cookies the shared client neither stores nor sends: a ``Set-Cookie`` of one client's answer never reaches
-    another client's request (a client's own ``Cookie`` header passes as any header does).
-
-    httpx reads an answer's cookies through a ``urllib`` view of its request whose construction copies the request
-    headers with one lookup per header name, each a scan of all headers: time quadratic in the count of headers
-    a client sends. Extraction is skipped, so that view is never built.
-    """
-
-    def extract_cookies(self, response: httpx.Response) -> None:
-        """Keep nothing of ``response``'s cookies."""
-
-    def set_cookie_header(self, request: httpx.Request) -> None:
-        """Add no ``Cookie`` header to ``request``."""
-
-
-class _UpstreamClient(httpx.AsyncClient):
-    """The sidecar's shared ``httpx.AsyncClient``, whose cookies are always ``_NoCookies`` (httpx copies cookies
-    given to its constructor into a plain ``httpx.Cookies``)."""
-
-    _none = _NoCookies()
-
-    @property
-    def cookies(self) -> httpx.Cookies:
-        return self._none
-
-    @cookies.setter
-    def cookies(self, cookies: httpx._types.CookieTypes) -> None:
-        raise AttributeError("the sidecar's upstream client keeps no cookies")
-
-
 class _Sidecar:
-    """Configuration and the shared client; per-request state lives in the locals of ``handle``."""
+    """Configuration and the shared upstream transport; per-request state lives in the locals of ``handle``."""
 
     def __init__(
         self,
@@ -184,23 +150,21 @@ class _Sidecar:
         self.transport = transport
         self.think_tags = think_tags
         self.think_start = think_start
-        self.client: httpx.AsyncClient | None = None
+        self.timeouts = timeout.as_dict()  # each upstream request's timeout extension (``upstream_request``)
+        self.upstream: httpx.AsyncBaseTransport | None = None
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        async with _UpstreamClient(
-            timeout=self.timeout,
-            follow_redirects=False,
-            transport=self.transport or open_transport(self.upstream_transport, UPSTREAM_LIMITS),
-            trust_env=False,
-        ) as client:
-            for name in _CLIENT_DEFAULTS:  # the sidecar sends the client's headers, and adds none of httpx's
-                del client.headers[name]
-            self.client = client
+        """Open the upstream transport (``upstream``) for the app's life, and close it and the replay store at its
+        end. Requests go straight to the transport (``upstream.send_upstream``): no ``httpx.AsyncClient``, so no
+        cookie jar (a ``Set-Cookie`` of one client's answer never reaches another client's request) and no
+        redirect followed."""
+        async with self.transport or open_transport(self.upstream_transport, UPSTREAM_LIMITS) as transport:
+            self.upstream = transport
             try:
                 yield
             finally:
-                self.client = None
+                self.upstream = None
                 if self.replay is not None:
                     await self.replay.aclose()
 
@@ -272,7 +236,7 @@ class _Sidecar:
                     pass  # the response stays unfinished: the server closes the connection without the body's end
         finally:
             watch.stop()
-            if upstream:
+            if upstream and not upstream[0].is_closed:  # (a body read to its end, or relayed, was closed then)
                 await _close_shielded(upstream[0])
 
     async def handle(self, request: Request, watch: _ClientWatch, upstream: list[httpx.Response]) -> ASGIApp:
@@ -282,10 +246,10 @@ class _Sidecar:
             call = await self.outgoing(request, watch)
             if call is None:  # the client left before its body ended
                 return Response(status_code=400)
-            client = self.client
-            if client is None:  # pragma: no cover - only without lifespan
+            transport = self.upstream
+            if transport is None:  # pragma: no cover - only without lifespan
                 raise RuntimeError("the sidecar's lifespan has not started")
-            upstream.append(await _send(client, call))
+            upstream.append(await _send(transport, call))
             return await self.answer(upstream[0], call)
         except ApiError as error:
             return _error_response(error)
@@ -308,7 +272,6 @@ class _Sidecar:
         Raises:
             ApiError: what ``prepare_request`` refuses; 413 over the body limit; 400 for a dot-segment path.
         """
-        assert self.client is not None
         method = request.method
         content: bytes | AsyncIterator[bytes]
         options: ResponseOptions | None = None
@@ -359,7 +322,7 @@ class _Sidecar:
         key = self.keys.get(provider.name) if _serves_route(method, request.scope["path"]) else None
         headers = upstream_headers(headers, adapter, key, translated=translated)
         url = target_url(provider.base_url, path, request.scope.get("query_string", b""))
-        request_out = self.client.build_request(method, url, headers=headers, content=content)
+        request_out = upstream_request(method, url, headers, content, self.timeouts)
         note_upstream(provider.name, route.wire_api if route is not None else provider.wire_api, route)
         return _Call(request_out, options, adjustments, isinstance(content, bytes), scope, restored, context)
 
@@ -589,7 +552,7 @@ class _Call(NamedTuple):
     context: str = NO_CONTEXT
 
 
-async def _send(client: httpx.AsyncClient, call: _Call) -> httpx.Response:
+async def _send(transport: httpx.AsyncBaseTransport, call: _Call) -> httpx.Response:
     """Send the call's request under the one mapping of httpx errors (``upstream_failure``).
 
     A request whose body is bytes is sent once more when the upstream closed the connection before the head of its
@@ -603,11 +566,11 @@ async def _send(client: httpx.AsyncClient, call: _Call) -> httpx.Response:
     """
     try:
         try:
-            response = await client.send(call.request, stream=True)
+            response = await send_upstream(transport, call.request)
         except ClosedBeforeAnswer:
             if not call.replayable:
                 raise
-            response = await client.send(call.request, stream=True)
+            response = await send_upstream(transport, call.request)
         if not 100 <= response.status_code <= 599:  # RFC 9110 section 15: no server can send it on
             await close_upstream(response)
             raise httpx.RemoteProtocolError(f"status {response.status_code} is outside 100 to 599")

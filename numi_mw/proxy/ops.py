@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from numi_mw.asgi import send_error
 from numi_mw.core.codec import encode
 from numi_mw.core.errors import method_not_allowed
-from numi_mw.upstream import EXCHANGE, Exchange, close_upstream, target_url
+from numi_mw.upstream import EXCHANGE, Exchange, close_upstream, send_upstream, target_url, upstream_request
 
 if TYPE_CHECKING:
     from numi_mw.proxy.app import _Sidecar
@@ -232,15 +232,15 @@ class _Readiness:
         sidecar = self.sidecar
         providers = sidecar.catalog.providers if sidecar.catalog is not None else [sidecar.default]
         probes = [_Probe(provider.name, False, error="NotStarted") for provider in providers]
-        client = sidecar.client
-        if client is None:  # the lifespan has not started: nothing can be forwarded yet
+        transport = sidecar.upstream
+        if transport is None:  # the lifespan has not started: nothing can be forwarded yet
             return probes
 
         async def probe(i: int, base_url: str) -> None:
             try:
                 url = target_url(base_url, b"/models", b"")
-                request = client.build_request("GET", url, headers={"accept-encoding": "identity"})
-                response = await client.send(request, stream=True)
+                request = upstream_request("GET", url, [(b"accept-encoding", b"identity")], b"", sidecar.timeouts)
+                response = await send_upstream(transport, request)
                 await close_upstream(response)
             except (httpx.RequestError, httpx.InvalidURL) as exc:
                 probes[i] = _Probe(providers[i].name, False, error=type(exc).__name__)
