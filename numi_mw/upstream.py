@@ -18,7 +18,7 @@ import time
 import unicodedata
 import weakref
 import zlib
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal
@@ -753,11 +753,34 @@ def _read_already(upstream: httpx.Response) -> bytes | None:
         return None
 
 
-def decoded_body(upstream: httpx.Response) -> AsyncIterator[bytes]:
+def raw_body(upstream: httpx.Response) -> AsyncIterable[bytes]:
+    """The upstream body's bytes as the transport gives them, each piece as it arrives: the response's own
+    ``stream``, with nothing between it and the reader. httpx's ``aiter_raw`` reads the same pieces through an
+    async generator of its own (with a chunker and a byte count) for each one, which costs a stream's every event
+    a step (``docs/performance.md``, "The per-event shell"). Like ``aiter_raw`` it marks the body consumed, and
+    refuses a body read or closed before; the caller closes the response when done (``relay``, ``feed_answer``).
+
+    Raises:
+        httpx.StreamConsumed: the body was read before.
+        httpx.StreamClosed: the response was closed before its body was read.
+        RuntimeError: the response's stream is not an async one (a synchronous transport's answer).
+    """
+    if upstream.is_stream_consumed:
+        raise httpx.StreamConsumed()
+    if upstream.is_closed:
+        raise httpx.StreamClosed()
+    stream = upstream.stream
+    if not isinstance(stream, httpx.AsyncByteStream):
+        raise RuntimeError("the upstream answer's body is not an async stream")
+    upstream.is_stream_consumed = True
+    return stream
+
+
+def decoded_body(upstream: httpx.Response) -> AsyncIterable[bytes]:
     """The upstream body, as it arrives, decoded from ``gzip`` or ``deflate`` in pieces of at most ``DECODE_STEP``
-    bytes (``Inflater``); an identity body as it comes, straight from httpx's ``aiter_raw`` (no step of numi_mw's
-    own for each piece). A body httpx has read whole already (an ``httpx.MockTransport`` answer) comes as httpx
-    decoded it.
+    bytes (``Inflater``); an identity body as it comes, straight from the transport (``raw_body``: no step of
+    numi_mw's or httpx's own for each piece). A body httpx has read whole already (an ``httpx.MockTransport``
+    answer) comes as httpx decoded it.
 
     Raises:
         httpx.RequestError: the body could not be read, or decoded (``httpx.DecodingError``).
@@ -767,7 +790,7 @@ def decoded_body(upstream: httpx.Response) -> AsyncIterator[bytes]:
         return _whole(whole)
     inflater = _inflater(upstream)
     if inflater is None:
-        return upstream.aiter_raw()
+        return raw_body(upstream)
     return _inflated(upstream, inflater)
 
 
@@ -779,7 +802,7 @@ async def _whole(body: bytes) -> AsyncIterator[bytes]:
 
 async def _inflated(upstream: httpx.Response, inflater: Inflater) -> AsyncIterator[bytes]:
     """The upstream body as it arrives, through ``inflater``."""
-    async for chunk in upstream.aiter_raw():
+    async for chunk in raw_body(upstream):
         for piece in inflater.decode(chunk):
             yield piece
     tail = inflater.flush()
@@ -833,7 +856,7 @@ async def relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> As
             upstream directly (RFC 9112 section 8, "Handling Incomplete Messages").
     """
     try:
-        async for chunk in upstream.aiter_raw() if rewriter is None else decoded_body(upstream):
+        async for chunk in raw_body(upstream) if rewriter is None else decoded_body(upstream):
             if rewriter is None:
                 yield chunk
                 continue

@@ -1,6 +1,7 @@
 """``upstream.upstream_request`` builds the request ``httpx.AsyncClient.build_request`` built for the sidecar (a
 client whose only default header left is ``Connection: keep-alive``, no cookies kept, no base URL), so an upstream
-gets the same bytes now that the sidecar sends through its transport directly (``upstream.send_upstream``)."""
+gets the same bytes now that the sidecar sends through its transport directly (``upstream.send_upstream``); and
+``upstream.raw_body`` reads an answer's body as the transport gives it, as httpx's ``aiter_raw`` did."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from numi_mw.upstream import send_upstream, upstream_request
+from numi_mw.upstream import raw_body, send_upstream, upstream_request
 
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
@@ -92,3 +93,34 @@ async def test_the_transport_answer_names_its_request_and_holds_no_cycle() -> No
     assert response.request is request
     assert response.status_code == 200
     assert not isinstance(response.stream, httpx._client.BoundAsyncStream)  # nothing of a client's wraps the body
+
+
+class _Pieces(httpx.AsyncByteStream):
+    """A transport's body that gives ``pieces`` one per step, and says whether it was closed."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_raw_body_gives_the_transport_pieces_as_they_come_and_refuses_a_second_read() -> None:
+    pieces = [b"data: {}\n\n", b"", b"data: [DONE]\n\n"]
+    response = httpx.Response(200, stream=_Pieces(pieces))
+    assert [piece async for piece in raw_body(response)] == pieces  # no chunker joins, splits or drops a piece
+    assert response.is_stream_consumed
+    with pytest.raises(httpx.StreamConsumed):
+        raw_body(response)
+    closed = httpx.Response(200, stream=_Pieces(pieces))
+    await closed.aclose()
+    assert closed.stream.closed  # type: ignore[attr-defined]
+    with pytest.raises(httpx.StreamClosed):
+        raw_body(closed)
+    with pytest.raises(RuntimeError, match="not an async stream"):
+        raw_body(httpx.Response(200, stream=httpx.SyncByteStream()))
