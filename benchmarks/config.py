@@ -30,6 +30,7 @@ class Config:
         latency_streams: the concurrent paced stream counts of the ``latency`` case.
         latency_seconds: how long the stream client keeps that many streams going, per target.
         think_streams: concurrent streams of the think splitting hold-back rows.
+        think_rounds: interleaved rounds of those rows (direct, the sidecar without splitting, each setting).
         memory_streams: the open idle stream counts of the memory per stream row.
         hold_seconds: the longest the idle streams are held open (each count is measured well within it).
         upstream_transport: ``numi-mw serve --upstream-transport`` of every sidecar the harness starts.
@@ -52,6 +53,7 @@ class Config:
     latency_streams: tuple[int, ...] = (1, 50, 200)
     latency_seconds: float = 3.0
     think_streams: int = 50
+    think_rounds: int = 5
     memory_streams: tuple[int, ...] = (1, 100, 1000)
     hold_seconds: float = 60.0
     upstream_transport: str = DEFAULT_UPSTREAM_TRANSPORT
@@ -77,6 +79,7 @@ QUICK = Config(
     latency_streams=(1, 20),
     latency_seconds=0.5,
     think_streams=2,
+    think_rounds=1,
     memory_streams=(1, 20),
     hold_seconds=30.0,
 )
@@ -89,7 +92,7 @@ def make_config(*, quick: bool, rounds: int | None, upstream_transport: str = DE
     if rounds is not None:
         if rounds < 1:
             raise ValueError("--rounds must be at least 1")
-        config = replace(config, rounds=rounds, fixture_rounds=rounds, load_rounds=rounds)
+        config = replace(config, rounds=rounds, fixture_rounds=rounds, load_rounds=rounds, think_rounds=rounds)
     if upstream_transport not in UPSTREAM_TRANSPORTS:
         raise ValueError(f"--upstream-transport must be one of {', '.join(UPSTREAM_TRANSPORTS)}")
     return replace(config, upstream_transport=upstream_transport)

@@ -423,7 +423,6 @@ def latency_rows(config: Config, say: Callable[[str], None]) -> list[Measurement
     raise_open_files()
     streams = config.latency_streams
     table: dict[str, dict[int, dict[str, Any]]] = {}
-    think: dict[str, dict[str, Any]] = {}
     port = loopback.free_port()
     paced = [sys.executable, "-m", "benchmarks.paced", "--port", str(port), "--gap-ms", "20"]
     with contextlib.ExitStack() as stack:
@@ -440,18 +439,7 @@ def latency_rows(config: Config, say: Callable[[str], None]) -> list[Measurement
                 )
                 table.setdefault(target.name, {})[count] = result
                 say(_describe(target.name, count, result))
-        for setting in ("content", "reasoning", "auto"):
-            port = loopback.free_port()
-            command = numi_mw_serve(
-                upstream, port, "--provider", "local", "--think-start", setting, transport=config.upstream_transport
-            )
-            with loopback.process(f"numi-mw serve --think-start {setting}", command, port):
-                think[setting] = _stream_client(
-                    f"http://127.0.0.1:{port}/v1", config.think_streams, config.latency_seconds, "paced-think"
-                )
-            say(_describe(f"think {setting}", config.think_streams, think[setting]))
-        think["direct"] = _stream_client(upstream, config.think_streams, config.latency_seconds, "paced-think")
-        say(_describe("think direct", config.think_streams, think["direct"]))
+        think = _think_rounds(stack, upstream, config, say)
     return _latency_measurements(streams, table, think, peers.skipped)
 
 
@@ -474,7 +462,7 @@ def _p99(table: dict[str, dict[int, dict[str, Any]]], name: str, count: int, key
 def _latency_measurements(
     streams: Sequence[int],
     table: dict[str, dict[int, dict[str, Any]]],
-    think: dict[str, dict[str, Any]],
+    think: dict[str, list[dict[str, Any]]],
     skipped: dict[str, str],
 ) -> list[Measurement]:
     out: list[Measurement] = []
@@ -504,20 +492,97 @@ def _latency_measurements(
                 Side(f"{peer} added", (theirs - direct) / 1e3, "s/op"),
             ]
             out.append(_row(peer_name, peer_title, mine - theirs, "<=", 0.0, peer_sides, {}, " ms"))
-    direct_answer = (think.get("direct") or {}).get("answer_ms")
-    for setting in ("content", "reasoning", "auto"):
-        name = f"latency.think_start.{setting}"
-        title = f"added time to the first answer byte, <think>-tagged paced stream, --think-start {setting} (ms, p50)"
-        answer = (think.get(setting) or {}).get("answer_ms")
-        if not direct_answer or not answer:
-            out.append(_skipped(name, title, "<=", 1.0, "not measured", " ms"))
-            continue
-        sides = [
-            Side("numi_mw p50", answer["p50"] / 1e3, "s/op"),
-            Side("direct p50", direct_answer["p50"] / 1e3, "s/op"),
-        ]
-        extra = {"p99_added_ms": answer["p99"] - direct_answer["p99"], "think": think}
-        out.append(_row(name, title, answer["p50"] - direct_answer["p50"], "<=", 1.0, sides, extra, " ms"))
+    out += _think_measurements(think)
+    return out
+
+
+THINK_STARTS = ("content", "reasoning", "auto")
+"""The ``--think-start`` settings of the think splitting rows."""
+
+_THINK_SIDES = ("direct", "no splitting", *THINK_STARTS)
+"""What the think splitting rows drive in each round: the paced upstream, ``numi-mw serve --provider local
+--no-think-tags`` (the same sidecar, the same stream, content passed as it comes), and one sidecar per setting."""
+
+
+WARM_UP_SECONDS = 0.5
+"""How long each sidecar of the think splitting rows serves the paced streams before the timed rounds, so that no
+side's first round pays for its first connections."""
+
+
+def _think_rounds(
+    stack: contextlib.ExitStack, upstream: str, config: Config, say: Callable[[str], None]
+) -> dict[str, list[dict[str, Any]]]:
+    """``config.think_rounds`` interleaved rounds of ``config.think_streams`` paced ``<think>``-tagged streams
+    through each of ``_THINK_SIDES`` (the order rotates from round to round; each sidecar warmed up first,
+    ``WARM_UP_SECONDS``); each side's stream client results, one per round."""
+    urls = {"direct": upstream}
+    for name in _THINK_SIDES[1:]:
+        port = loopback.free_port()
+        options = ("--no-think-tags",) if name == "no splitting" else ("--think-start", name)
+        command = numi_mw_serve(upstream, port, "--provider", "local", *options, transport=config.upstream_transport)
+        stack.enter_context(loopback.process(f"numi-mw serve {' '.join(options)}", command, port))
+        urls[name] = f"http://127.0.0.1:{port}/v1"
+    for name in _THINK_SIDES[1:]:  # each sidecar's first requests (its first upstream connections) before timing
+        _stream_client(urls[name], config.think_streams, WARM_UP_SECONDS, "paced-think")
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in _THINK_SIDES}
+    for round_ in range(config.think_rounds):
+        shift = round_ % len(_THINK_SIDES)
+        for name in _THINK_SIDES[shift:] + _THINK_SIDES[:shift]:
+            result = _stream_client(urls[name], config.think_streams, config.latency_seconds, "paced-think")
+            runs[name].append(result)
+            say(_describe(f"think {name}", config.think_streams, result))
+    return runs
+
+
+def _think_measurements(think: dict[str, list[dict[str, Any]]]) -> list[Measurement]:
+    """Per setting: the p50 time to the first answer byte through the sidecar minus direct
+    (``latency.think_start.<setting>``: all the sidecar adds, its first event's latency among it) and minus the same
+    sidecar without think splitting (``….hold_back``: what the splitter's hold-back adds); each the median of the
+    per-round differences."""
+    out: list[Measurement] = []
+    for setting in THINK_STARTS:
+        mine = think.get(setting, [])
+        for base, suffix, title in (
+            (
+                "direct",
+                "",
+                "added time to the first answer byte, <think>-tagged paced stream, --think-start {s} (ms, p50)",
+            ),
+            (
+                "no splitting",
+                ".hold_back",
+                "time think splitting adds to the first answer byte, <think>-tagged paced stream, --think-start {s},"
+                " over the same sidecar with --no-think-tags (ms, p50)",
+            ),
+        ):
+            name = f"latency.think_start.{setting}{suffix}"
+            pairs = [
+                (run["answer_ms"]["p50"], other["answer_ms"]["p50"])
+                for run, other in zip(mine, think.get(base, []), strict=False)
+                if run.get("answer_ms") and other.get("answer_ms")
+            ]
+            if not pairs:
+                out.append(_skipped(name, title.format(s=setting), "<=", 1.0, "not measured", " ms"))
+                continue
+            differences = [a - b for a, b in pairs]
+            sides = [
+                Side(f"--think-start {setting} p50", statistics.median(a for a, _ in pairs) / 1e3, "s/op"),
+                Side(f"{base} p50", statistics.median(b for _, b in pairs) / 1e3, "s/op"),
+            ]
+            extra = {"differences_ms": differences, "think": think}
+            measurement = Measurement(
+                name,
+                title.format(s=setting),
+                statistics.median(differences),
+                Spread.of(differences),
+                "<=",
+                1.0,
+                sides,
+                extra,
+                None,
+                " ms",
+            )
+            out.append(measurement)
     return out
 
 
