@@ -328,9 +328,9 @@ async def send_upstream(transport: httpx.AsyncBaseTransport, request: httpx.Requ
 
     What ``httpx.AsyncClient.send(request, stream=True)`` does for a client with no auth, no redirects followed,
     no cookies, no event hooks and no proxies, without the client's steps for each of those (about a tenth of the
-    sidecar's instructions for a buffered request, ``docs/performance.md``): the transport's answer, with its
-    ``request`` set. Nothing wraps its body, so the answer holds no reference back to itself and is freed when its
-    last reference goes.
+    sidecar's instructions for a buffered request, ``docs/performance.md``, "No client in between"): the
+    transport's answer, with its ``request`` set. Nothing wraps its body, so the answer holds no reference back to
+    itself and is freed when its last reference goes.
 
     Raises:
         httpx.RequestError: as the transport raises it.
@@ -757,7 +757,7 @@ def raw_body(upstream: httpx.Response) -> AsyncIterable[bytes]:
     """The upstream body's bytes as the transport gives them, each piece as it arrives: the response's own
     ``stream``, with nothing between it and the reader. httpx's ``aiter_raw`` reads the same pieces through an
     async generator of its own (with a chunker and a byte count) for each one, which costs a stream's every event
-    a step (``docs/performance.md``, "The per-event shell"). Like ``aiter_raw`` it marks the body consumed, and
+    a step (``docs/performance.md``, "No client in between"). Like ``aiter_raw`` it marks the body consumed, and
     refuses a body read or closed before; the caller closes the response when done (``relay``, ``feed_answer``).
 
     Raises:
