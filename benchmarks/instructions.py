@@ -22,6 +22,8 @@ Workloads (``--workloads`` picks some):
   the two is one the machine's load does not move;
 - ``stream.think_2000``: the 2,000-event local stream with ``<think>`` tags in ``content``
   (``payloads.local_stream_events``) through one ``SSERewriter`` that splits them (per stream);
+- ``stream.spec_2000_excluded``: the spec-shaped stream through one ``SSERewriter`` with its reasoning excluded
+  (``reasoning.exclude``: reasoning chunks dropped), as the server workloads' request asks (per stream);
 - ``stream.deepseek``, ``stream.groq``, ``stream.claude``: the recorded streams of ``RECORDED`` (DeepSeek
   reasoner, groq gpt-oss, OpenRouter Claude; ``../shared/fixtures/openai-chat``), cut into events, each through
   one ``SSERewriter`` (per stream), and ``stream.floor_deepseek``, ``stream.floor_groq``, ``stream.floor_claude``
@@ -36,10 +38,10 @@ one at a time; the counters are zeroed before and dumped after each batch (``cal
 difference of the two batches over ``N`` is what one request costs the server, uvicorn, the shell, the core and the
 upstream client included:
 
-- ``sidecar.buffered.httpcore``, ``sidecar.stream.httpcore``: ``numi-mw serve --provider openrouter`` on its
-  default upstream transport, the harness's 2 KB request, buffered and with ``"stream":true`` (the 40-event
-  stream);
-- ``sidecar.buffered.aiohttp``, ``sidecar.stream.aiohttp``: the same with ``--upstream-transport aiohttp``;
+- ``sidecar.buffered.httpcore``, ``sidecar.stream.httpcore``: ``numi-mw serve --provider openrouter
+  --upstream-transport httpcore``, the harness's 2 KB request (``include_reasoning: false``: its reasoning is
+  excluded), buffered and with ``"stream":true`` (the 40-event stream);
+- ``sidecar.buffered.aiohttp``, ``sidecar.stream.aiohttp``: the same on ``aiohttp``, the default transport;
 - ``sidecar.buffered_new_connection.aiohttp``: the buffered request on aiohttp, each on a new connection
   (``Connection: close``), as the ``latency`` case's stream client opens one per stream;
 - ``sidecar.buffered_logged.aiohttp``: the buffered request on aiohttp with ``numi-mw serve`` at its default log
@@ -84,6 +86,7 @@ WORKLOADS: dict[str, int] = {
     "stream.spec_2000": 2,
     "stream.floor_2000": 2,
     "stream.think_2000": 2,
+    "stream.spec_2000_excluded": 2,
     "stream.deepseek": 8,
     "stream.floor_deepseek": 8,
     "stream.groq": 60,
@@ -205,7 +208,10 @@ def _workload(name: str) -> Callable[[int], None]:
         return run_floors
 
     think = name == "stream.think_2000"
-    options = ResponseOptions(think=ThinkTags()) if think else ResponseOptions()
+    if think:
+        options = ResponseOptions(think=ThinkTags())
+    else:  # the spec-shaped stream shown, or with its reasoning excluded (``reasoning.exclude``)
+        options = ResponseOptions(exclude=name == "stream.spec_2000_excluded")
 
     def run_streams(n: int) -> None:
         for _ in range(n):

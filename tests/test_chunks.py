@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from numi_mw.core.chunks import ChunkNormalizer
+from numi_mw.core.chunks import MAX_CHOICES, UNCHANGED, ChunkNormalizer
 from numi_mw.core.details import rebuild_reasoning_details, visible_text
 from numi_mw.core.think import ThinkStart, ThinkTags
 from tests.response_support import client_view, general_path_only, rewrite, sse_chunks
@@ -390,20 +390,38 @@ _DELTA = st.fixed_dictionaries(
     },
 )
 _CHOICE = st.fixed_dictionaries(
-    {"index": st.just(0), "delta": _DELTA, "finish_reason": st.sampled_from([None, None, None, "stop"])}
+    {"index": st.just(0), "delta": _DELTA, "finish_reason": st.sampled_from([None, None, None, "stop"])},
+    optional={"logprobs": st.sampled_from([None, {"content": []}])},
 )
 
 
+_USAGE = st.sampled_from([{}, {"usage": None}, {"usage": {"prompt_tokens": 1, "completion_tokens": 2}}])
+
+
+@pytest.mark.parametrize("exclude", [False, True], ids=["shown", "excluded"])
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_CHOICE, min_size=1, max_size=8))
-def test_fast_path_gives_what_the_general_path_gives(choices: list[dict[str, Any]]) -> None:
-    fast, general = ChunkNormalizer(), general_path_only()
-    for choice in choices:
-        body = {"id": "x", "choices": [choice]}
+@given(choices=st.lists(st.tuples(_CHOICE, _USAGE), min_size=1, max_size=8))
+def test_fast_path_gives_what_the_general_path_gives(exclude: bool, choices: list[tuple[dict[str, Any], Any]]) -> None:
+    fast, general = ChunkNormalizer(exclude=exclude), general_path_only(exclude=exclude)
+    for choice, usage in choices:
+        body = {"id": "x", "choices": [choice], **usage}
         # compared as bytes, so that the key order (what the client receives) counts too
         assert msgspec.json.encode(fast.normalize(copy.deepcopy(body))) == msgspec.json.encode(
             general.normalize(copy.deepcopy(body))
         )
+
+
+@pytest.mark.parametrize("exclude", [False, True], ids=["shown", "excluded"])
+def test_the_fast_path_follows_the_choices_the_general_path_follows(exclude: bool) -> None:
+    fast, general = ChunkNormalizer(exclude=exclude), general_path_only(exclude=exclude)
+    for index in range(MAX_CHOICES + 2):
+        body = {"id": "x", "choices": [{"index": index, "delta": {"reasoning": "r"}, "finish_reason": None}]}
+        out = fast.normalize(copy.deepcopy(body))
+        assert msgspec.json.encode(out) == msgspec.json.encode(general.normalize(copy.deepcopy(body)))
+        if index >= MAX_CHOICES:  # past the bound a choice passes as it came, its reasoning too
+            assert out is UNCHANGED
+        elif exclude:
+            assert out == []  # nothing but reasoning: the chunk is dropped
 
 
 def test_a_key_spelled_with_escapes_is_normalized_too() -> None:

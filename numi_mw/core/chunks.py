@@ -230,11 +230,15 @@ class _ChoiceStates(dict[Any, _Choice]):
 
 _FAST_NONE: Final = 0
 """``ChunkNormalizer``'s fast path for the commonest chunks (its ``_fast_path``): none, every chunk takes the
-general path (with ``exclude`` and no think splitting; tests set it to check a fast path against the general one)."""
+general path (tests set it to check a fast path against the general one)."""
 _FAST_PLAIN: Final = 1
 """The fast path of a stream with neither ``exclude`` nor think splitting (``ChunkNormalizer._fast``)."""
 _FAST_THINK: Final = 2
 """The fast path of a stream with think splitting (``ChunkNormalizer._fast_think``)."""
+_FAST_EXCLUDE: Final = 3
+"""The fast path of a stream with ``exclude`` and no think splitting (``ChunkNormalizer._fast_exclude``)."""
+
+_REASONING_KEYS: Final = frozenset(REASONING_FIELDS)
 
 
 class ChunkNormalizer:
@@ -251,7 +255,7 @@ class ChunkNormalizer:
         self.exclude = exclude
         self.think = think
         self.open_reasoning = False  # a choice's reasoning went out and is not closed yet (``_closing``)
-        self._fast_path = _FAST_THINK if think is not None else _FAST_NONE if exclude else _FAST_PLAIN
+        self._fast_path = _FAST_THINK if think is not None else _FAST_EXCLUDE if exclude else _FAST_PLAIN
         self._choices = states = _ChoiceStates()
         states.think = think
         self._envelope: dict[str, Any] | None = None
@@ -292,6 +296,8 @@ class ChunkNormalizer:
                         fast = self._fast_think(data, choice)
                         if fast is not _SLOW:
                             return fast
+                    elif fast_path == _FAST_EXCLUDE and choice.get("finish_reason") is None:
+                        return self._fast_exclude(data, choice, delta, index)
         results: list[list[Any]] = []
         changed = False
         for choice in choices:
@@ -304,6 +310,27 @@ class ChunkNormalizer:
         if not changed:
             return UNCHANGED
         return _chunks_of(data, results)
+
+    def _fast_exclude(
+        self, data: dict[str, Any], choice: dict[str, Any], delta: dict[str, Any], index: int
+    ) -> list[dict[str, Any]] | None:
+        """The chunk of a stream with ``exclude`` and no think splitting (``choice``, ``data``'s one choice, a delta
+        choice of a followed ``index`` that does not finish): its reasoning fields taken out, the chunk dropped when
+        nothing else is left of it (``_unless_emptied``; one with usage keeps it, with no choice). Same output as the
+        general path, key order included: with ``exclude`` no reasoning ever goes out, so none is open to close."""
+        self._choices[index]  # followed from now on: the general path makes the choice's state first too
+        rest = {key: value for key, value in delta.items() if key not in _REASONING_KEYS}
+        if len(rest) == len(delta):  # no reasoning field
+            return UNCHANGED
+        if rest:
+            kept = _unless_emptied({**choice, "delta": rest})
+            if kept is not None:
+                return [{**data, "choices": [kept]}]
+        else:
+            for key, value in choice.items():  # ``_carries_more`` written out (no generator: once per chunk)
+                if value is not None and key not in _CHOICE_KEYS:
+                    return [{**data, "choices": [{**choice, "delta": rest}]}]
+        return [] if data.get("usage") is None else [{**data, "choices": []}]
 
     def _fast_think(self, data: dict[str, Any], choice: Any) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
         """The common chunk of a stream with a think splitter (one choice; a delta of ``content`` text and perhaps
