@@ -449,7 +449,7 @@ def _describe(name: str, count: int, result: dict[str, Any]) -> str:
         return "-" if not value else f"{value['p50']:.1f}/{value['p99']:.1f}"
 
     return (
-        f"  {name:<16} {count:>4} streams: first event {p('first_event_ms')} ms, gap {p('gap_ms')} ms (p50/p99),"
+        f"  {name:<18} {count:>4} streams: first event {p('first_event_ms')} ms, gap {p('gap_ms')} ms (p50/p99),"
         f" answer {p('answer_ms')} ms; {result['completed']} streams, {result['errors']} errors"
     )
 
@@ -546,13 +546,14 @@ def _think_measurements(think: dict[str, list[dict[str, Any]]]) -> list[Measurem
             (
                 "direct",
                 "",
-                "added time to the first answer byte, <think>-tagged paced stream, --think-start {s} (ms, p50)",
+                "added time to the first answer byte, <think>-tagged paced stream, --think-start {s}"
+                " (ms, p50; the median of per-round differences)",
             ),
             (
                 "no splitting",
                 ".hold_back",
                 "time think splitting adds to the first answer byte, <think>-tagged paced stream, --think-start {s},"
-                " over the same sidecar with --no-think-tags (ms, p50)",
+                " over the same sidecar with --no-think-tags (ms, p50; the median of per-round differences)",
             ),
         ):
             name = f"latency.think_start.{setting}{suffix}"

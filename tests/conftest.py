@@ -14,13 +14,15 @@ from numi_mw.proxy.ops import LEAN_LOG_SWITCHES
 from numi_mw.upstream import DEFAULT_UPSTREAM_TRANSPORT, UPSTREAM_TRANSPORTS
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED_ABSENT = f"{SHARED} is absent: recorded fixtures and handed cases live outside the repository"
+"""The reason every test that reads ``shared/`` gives when it skips."""
 
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     """The ``shared/`` folder beside the repository; skips the test when it is absent (a user's clone)."""
     if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} is absent: recorded fixtures and handed cases live outside the repository")
+        pytest.skip(SHARED_ABSENT)
     return SHARED
 
 

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from benchmarks import instructions, payloads
+from tests.conftest import SHARED_ABSENT
 
 
 def test_every_ratio_names_two_workloads() -> None:
@@ -17,7 +18,7 @@ def test_every_ratio_names_two_workloads() -> None:
 @pytest.mark.parametrize("short", sorted(instructions.RECORDED))
 def test_a_recorded_stream_workload_and_its_floor_run(short: str) -> None:
     if instructions.RECORDED[short] not in payloads.fixture_streams():
-        pytest.skip("shared/fixtures absent")
+        pytest.skip(SHARED_ABSENT)
     for name in (f"stream.{short}", f"stream.floor_{short}"):
         assert name in instructions.WORKLOADS
         instructions._workload(name)(1)  # raises if the stream or the floor cannot run
@@ -26,7 +27,7 @@ def test_a_recorded_stream_workload_and_its_floor_run(short: str) -> None:
 @pytest.mark.parametrize("name", sorted(instructions.NATIVE))
 def test_a_translated_stream_workload_runs(name: str) -> None:
     if instructions.NATIVE[name] not in payloads.native_streams():
-        pytest.skip("shared/fixtures absent")
+        pytest.skip(SHARED_ABSENT)
     assert name in instructions.WORKLOADS
     instructions._workload(name)(1)  # raises unless the whole stream was translated
 

@@ -28,7 +28,7 @@ from numi_mw.core.chunks import UNCHANGED
 from numi_mw.core.response import NativeSSERewriter, ResponseOptions, SSERewriter
 from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
 from numi_mw.core.think import ThinkTags
-from tests.conftest import SHARED
+from tests.conftest import SHARED, SHARED_ABSENT
 from tests.response_support import frame_jsonl, general_path_only
 
 FIXTURES = SHARED / "fixtures"
@@ -131,7 +131,7 @@ OPTIONS = {
 
 def _params(streams: dict[str, bytes], options: list[str]) -> list[Any]:
     if not streams:
-        return [pytest.param("", "", marks=pytest.mark.skip(reason="shared/fixtures absent"))]
+        return [pytest.param("", "", marks=pytest.mark.skip(reason=SHARED_ABSENT))]
     return [pytest.param(name, option, id=f"{name}-{option}") for name in streams for option in options]
 
 
@@ -160,7 +160,7 @@ NATIVE = {wire: _streams(wire) for wire in WIRE_APIS}
 @pytest.mark.parametrize(
     ("wire", "name"),
     [pytest.param(wire, name, id=name) for wire, streams in NATIVE.items() for name in streams]
-    or [pytest.param("", "", marks=pytest.mark.skip(reason="shared/fixtures absent"))],
+    or [pytest.param("", "", marks=pytest.mark.skip(reason=SHARED_ABSENT))],
 )
 def test_a_translated_stream_gives_the_general_paths_bytes_however_it_is_cut(wire: str, name: str) -> None:
     body = NATIVE[wire][name]
@@ -180,6 +180,6 @@ def test_a_translated_stream_gives_the_general_paths_bytes_however_it_is_cut(wir
 
 def test_the_folders_read_are_there() -> None:
     if not FIXTURES.is_dir():
-        pytest.skip("shared/fixtures absent")
+        pytest.skip(SHARED_ABSENT)
     assert {Path(name).suffix for name in CHAT} == {".sse", ".jsonl"}
     assert len(CHAT) == 6 and len(TAGS) == 2 and sorted(NATIVE) == ["anthropic-messages", "openai-responses"]
