@@ -295,8 +295,11 @@ def _row(
     extra: dict[str, Any],
     unit: str = "x",
     skipped: str | None = None,
+    spread: Spread | None = None,
 ) -> Measurement:
-    spread = Spread.of([value]) if value is not None else None
+    """One row; its ``spread`` is that of ``value`` alone unless given (a row that is the median of rounds)."""
+    if spread is None and value is not None:
+        spread = Spread.of([value])
     return Measurement(name, title, value, spread, direction, target, sides, extra, skipped, unit)
 
 
@@ -522,7 +525,7 @@ def _think_rounds(
         command = numi_mw_serve(upstream, port, "--provider", "local", *options, transport=config.upstream_transport)
         stack.enter_context(loopback.process(f"numi-mw serve {' '.join(options)}", command, port))
         urls[name] = f"http://127.0.0.1:{port}/v1"
-    for name in _THINK_SIDES[1:]:  # each sidecar's first requests (its first upstream connections) before timing
+        # its first requests (its first upstream connections) before timing
         _stream_client(urls[name], config.think_streams, WARM_UP_SECONDS, "paced-think")
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in _THINK_SIDES}
     for round_ in range(config.think_rounds):
@@ -542,7 +545,7 @@ def _think_measurements(think: dict[str, list[dict[str, Any]]]) -> list[Measurem
     out: list[Measurement] = []
     for setting in THINK_STARTS:
         mine = think.get(setting, [])
-        for base, suffix, title in (
+        for base, suffix, template in (
             (
                 "direct",
                 "",
@@ -557,13 +560,14 @@ def _think_measurements(think: dict[str, list[dict[str, Any]]]) -> list[Measurem
             ),
         ):
             name = f"latency.think_start.{setting}{suffix}"
+            title = template.format(s=setting)
             pairs = [
                 (run["answer_ms"]["p50"], other["answer_ms"]["p50"])
                 for run, other in zip(mine, think.get(base, []), strict=False)
                 if run.get("answer_ms") and other.get("answer_ms")
             ]
             if not pairs:
-                out.append(_skipped(name, title.format(s=setting), "<=", 1.0, "not measured", " ms"))
+                out.append(_skipped(name, title, "<=", 1.0, "not measured", " ms"))
                 continue
             differences = [a - b for a, b in pairs]
             sides = [
@@ -571,19 +575,8 @@ def _think_measurements(think: dict[str, list[dict[str, Any]]]) -> list[Measurem
                 Side(f"{base} p50", statistics.median(b for _, b in pairs) / 1e3, "s/op"),
             ]
             extra = {"differences_ms": differences, "think": think}
-            measurement = Measurement(
-                name,
-                title.format(s=setting),
-                statistics.median(differences),
-                Spread.of(differences),
-                "<=",
-                1.0,
-                sides,
-                extra,
-                None,
-                " ms",
-            )
-            out.append(measurement)
+            spread = Spread.of(differences)
+            out.append(_row(name, title, spread.median, "<=", 1.0, sides, extra, " ms", spread=spread))
     return out
 
 

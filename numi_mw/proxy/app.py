@@ -146,7 +146,6 @@ class _Sidecar:
         assert default is not None  # a sidecar route always has its upstream
         self.default: Provider = default
         self.max_body_bytes = max_body_bytes
-        self.timeout = timeout
         self.transport = transport
         self.think_tags = think_tags
         self.think_start = think_start
