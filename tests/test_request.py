@@ -16,7 +16,13 @@ from numi_mw.core.request import PROBE_MAX_BYTES, Probe, is_chat_completions, pr
 from numi_mw.core.routing import fixed_route
 
 OPENROUTER = provider_rules("openrouter")
-_ANSWERS = {Probe.REWRITE: None, Probe.CHANGES: None, Probe.PLAIN: False, Probe.PLAIN_STREAM: True}
+_ANSWERS = {
+    Probe.REWRITE: None,
+    Probe.CHANGES: None,
+    Probe.CONTROLS: None,
+    Probe.PLAIN: False,
+    Probe.PLAIN_STREAM: True,
+}
 
 
 def probe_plain(raw: bytes, rules: ProviderRules = OPENROUTER) -> bool | None:
@@ -42,22 +48,33 @@ def test_body_without_reasoning_is_the_original_bytes_object() -> None:
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        (b'{"stream": true, "messages": [{"role": "assistant", "content": "reasoning is fine here"}]}', True),
-        (b'{"stream": "yes", "messages": []}', False),
-        (b'{"messages": [{"role": "assistant", "reasoning_details": [{"type": "reasoning.text"}]}]}', False),
-        (b'{"reasoning": null}', None),
-        (b'{"reasoning_effort": "high"}', None),
-        (b'{"include_reasoning": false}', None),
-        (b'{"messages": [{"role": "user"}, {"role": "assistant", "reasoning": ""}]}', None),
-        (b'{"messages": [{"role": "assistant", "reasoning_content": "x"}]}', None),
-        (b'{"messages": [{"role": "assistant", "reasoning_c\\u006fntent": "x"}]}', None),
-        (b'{"messages": {"role": "user"}}', None),
-        (b'{"messages": [1]}', None),
-        (b"[1, 2]", None),
+        (
+            b'{"stream": true, "messages": [{"role": "assistant", "content": "reasoning is fine here"}]}',
+            Probe.PLAIN_STREAM,
+        ),
+        (b'{"stream": "yes", "messages": []}', Probe.PLAIN),
+        (b'{"messages": [{"role": "assistant", "reasoning_details": [{"type": "reasoning.text"}]}]}', Probe.PLAIN),
+        (b'{"reasoning": null}', Probe.CONTROLS),
+        (b'{"reasoning_effort": "high"}', Probe.CONTROLS),
+        (b'{"include_reasoning": false, "messages": [{"role": "user", "content": "Hi"}]}', Probe.CONTROLS),
+        (b'{"reasoning_effort": "high", "messages": [{"role": "assistant", "reasoning": "r"}]}', Probe.CHANGES),
+        (b'{"messages": [{"role": "user"}, {"role": "assistant", "reasoning": ""}]}', Probe.CHANGES),
+        (b'{"messages": [{"role": "assistant", "reasoning_content": "x"}]}', Probe.CHANGES),
+        (b'{"messages": [{"role": "assistant", "reasoning_c\\u006fntent": "x"}]}', Probe.CHANGES),
+        (b'{"reasoning_effort": "high", "messages": [{"role": "user", "_stored_at": 1}]}', Probe.REWRITE),
+        (b'{"messages": {"role": "user"}}', Probe.REWRITE),
+        (b'{"messages": [1]}', Probe.REWRITE),
+        (b"[1, 2]", Probe.REWRITE),
     ],
 )
-def test_probe_exact_answers(raw: bytes, expected: bool | None) -> None:
-    assert probe_plain(raw) is expected
+def test_probe_exact_answers(raw: bytes, expected: Probe) -> None:
+    assert probe(raw, fixed_route(OPENROUTER)) is expected
+
+
+def test_probe_answers_changes_for_details_a_route_drops_beside_a_control() -> None:
+    raw = b'{"reasoning_effort": "low", "messages": [{"role": "assistant", "reasoning_details": []}]}'
+    assert probe(raw, fixed_route(OPENROUTER)) is Probe.CONTROLS  # a preserving OpenRouter route keeps details
+    assert probe(raw, fixed_route(provider_rules("deepseek"))) is Probe.CHANGES  # DeepSeek's row drops them
 
 
 def test_probe_shapes_it_leaves_to_the_full_path_get_their_errors() -> None:
@@ -246,6 +263,69 @@ def test_probe_never_passes_a_body_the_rules_would_change(body: dict[str, Any]) 
         assert (changed, controls.present, plain) == (False, False, body.get("stream") is True), name
         # zai always gets its thinking object (spec 000), so prepare_request never probes for it
         assert normalize_body(json.loads(raw), provider_rules("zai"), len(raw))[1] is True
+
+
+def _outcome(run: Any) -> tuple[Any, ...]:
+    """What a path made of a request: its body as JSON text (key order kept), controls, changed and notes, or the
+    error it raised."""
+    try:
+        body, controls, changed, notes = run()
+    except ApiError as error:
+        return ("error", error.status, error.code, error.param, error.message)
+    return (json.dumps(json.loads(body)), controls, changed, notes)
+
+
+def _full_path(raw: bytes, name: str) -> tuple[Any, ...]:
+    def run() -> tuple[bytes, ReasoningControls, bool, list[str]]:
+        data = json.loads(raw)
+        controls, changed = fold_controls(data)
+        notes: list[str] = []
+        changed = prepare_for_route(data, controls, fixed_route(provider_rules(name)), len(raw), notes=notes) or changed
+        return json.dumps(data).encode(), controls, changed, notes
+
+    return _outcome(run)
+
+
+_CONTROLS_BODY = _BODY.flatmap(
+    lambda body: st.fixed_dictionaries(
+        {},
+        optional={
+            "thinking": _VALUES,
+            "chat_template_kwargs": st.one_of(st.none(), st.just({"enable_thinking": True})),
+            "max_tokens": st.sampled_from([None, 0, 1500, 1500.0, 99999]),
+            "tools": st.just([{"type": "function", "function": {"name": "f", "parameters": {"x": 1.10}}}]),
+        },
+    ).map(lambda extra: {**body, **extra})
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=_CONTROLS_BODY)
+def test_a_body_whose_messages_stay_gets_what_the_full_path_gives(body: dict[str, Any]) -> None:
+    raw = json.dumps(body).encode()
+    for name in ("openrouter", "deepseek", "anthropic", "openai", "generic", "local", "inception", "ppq"):
+        if probe(raw, fixed_route(provider_rules(name))) is not Probe.CONTROLS:
+            continue
+
+        def run(name: str = name) -> tuple[bytes, ReasoningControls, bool, list[str]]:
+            prepared = prepare_request(raw, provider_rules(name))
+            return prepared.body, prepared.controls, prepared.changed, prepared.adjustments
+
+        assert _outcome(run) == _full_path(raw, name), name
+
+
+def test_a_body_whose_messages_stay_keeps_their_bytes() -> None:
+    raw = (
+        b'{"model":"m","messages":[{"role":"user", "content":"caf\\u00e9 1.10"}],'
+        b'"temperature":1.10,"reasoning_effort":"high","include_reasoning":false}'
+    )
+    assert probe(raw, fixed_route(OPENROUTER)) is Probe.CONTROLS
+    prepared = prepare_request(raw, OPENROUTER)
+    assert prepared.body == (
+        b'{"model":"m","messages":[{"role":"user", "content":"caf\\u00e9 1.10"}],'
+        b'"temperature":1.1,"reasoning":{"effort":"high","exclude":true}}'
+    )
+    assert (prepared.changed, prepared.controls.effort, prepared.controls.exclude) == (True, "high", True)
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 ``prepare_request`` is the one entry point every shell calls for a chat completions request body:
 
-1. decode (or, for a small body with nothing to normalize on a fixed route, ``probe`` and pass it as it came);
+1. decode (or, for a small body with nothing to normalize on a fixed route, ``probe`` and pass it as it came;
+   when only its top-level controls change, decode its top level alone, ``prepare_controls_only``);
 2. fold the reasoning controls (``controls.fold_controls``);
 3. route: a fixed route, or one chosen through a catalog (``routing.route_request``);
 4. the pipeline for that route (``prepare_for_route``): controls in the provider's form, Z.AI's ``thinking``,
@@ -96,15 +97,20 @@ class Probe(enum.Enum):
     """The shape is unusual (not an object, ``messages`` not an array of objects, a message key chat completions
     does not define): decode it, and look at every key."""
     CHANGES = "changes"
-    """The rules may change something: decode it. Every message key is one chat completions defines, so none is
+    """The rules may change a message: decode it. Every message key is one chat completions defines, so none is
     internal metadata."""
+    CONTROLS = "controls"
+    """Only the top-level reasoning controls may change it (``reasoning``, ``reasoning_effort``,
+    ``include_reasoning``): no message has a field the history rules read, and every message key is one chat
+    completions defines. The body is UTF-8 (checked)."""
     PLAIN = "plain"
     """Nothing to normalize; the body does not ask for a stream."""
     PLAIN_STREAM = "plain-stream"
     """Nothing to normalize; the body has ``"stream": true``."""
 
 
-_REWRITE, _CHANGES, _PLAIN, _PLAIN_STREAM = Probe.REWRITE, Probe.CHANGES, Probe.PLAIN, Probe.PLAIN_STREAM
+_REWRITE, _CHANGES, _CONTROLS = Probe.REWRITE, Probe.CHANGES, Probe.CONTROLS
+_PLAIN, _PLAIN_STREAM = Probe.PLAIN, Probe.PLAIN_STREAM
 
 
 def probe(body: bytes, route: Route) -> Probe:
@@ -117,9 +123,9 @@ def probe(body: bytes, route: Route) -> Probe:
 
     Returns:
         ``Probe.REWRITE`` when the shape is unusual (not an object, ``messages`` not an array of objects, a
-        message key of its own); ``Probe.CHANGES`` when the rules may change something (a reasoning control, a
-        message with ``reasoning`` or ``reasoning_content``, details the route drops); else ``Probe.PLAIN`` or
-        ``Probe.PLAIN_STREAM`` by ``"stream": true``.
+        message key of its own); ``Probe.CHANGES`` when the rules may change a message (one with ``reasoning``
+        or ``reasoning_content``, details the route drops); ``Probe.CONTROLS`` when only a reasoning control at
+        the top level may change it; else ``Probe.PLAIN`` or ``Probe.PLAIN_STREAM`` by ``"stream": true``.
 
     Raises:
         ApiError: 400 ``invalid_json`` when ``body`` is not JSON or not UTF-8.
@@ -130,13 +136,13 @@ def probe(body: bytes, route: Route) -> Probe:
         return _REWRITE
     except (msgspec.DecodeError, RecursionError) as exc:
         raise codec.request_decode_error(exc, body) from None
-    if found.reasoning or found.reasoning_effort or found.include_reasoning:
-        return _CHANGES
     keeps_details = route.keeps_details
     for message in found.messages:
         if message.reasoning or message.reasoning_content or (message.reasoning_details and not keeps_details):
             return _CHANGES
     codec.check_utf8(body)  # msgspec does not validate the strings it skips
+    if found.reasoning or found.reasoning_effort or found.include_reasoning:
+        return _CONTROLS
     return _PLAIN_STREAM if found.stream is True else _PLAIN
 
 
@@ -208,6 +214,10 @@ def prepare_request(
             found = probe(body, route)
             if found is _PLAIN or found is _PLAIN_STREAM:
                 return PreparedRequest(body, False, NO_CONTROLS, found is _PLAIN_STREAM, route)
+            if found is _CONTROLS:
+                prepared = prepare_controls_only(body, route)
+                if prepared is not None:
+                    return prepared
         if len(body) > PROBE_MAX_BYTES and route.wire_api not in WIRE_APIS:
             prepared = prepare_spliced(body, route)
             if prepared is not None:
@@ -228,7 +238,8 @@ def prepare_request(
     if count:
         changed = True
     notes: list[str] = []
-    if prepare_for_route(data, controls, route, len(body), metadata=found is not _CHANGES, notes=notes):
+    metadata = found is not _CHANGES and found is not _CONTROLS  # else the probe read every message key
+    if prepare_for_route(data, controls, route, len(body), metadata=metadata, notes=notes):
         changed = True
     stream = data.get("stream") is True
     if adapter is None:
@@ -237,6 +248,20 @@ def prepare_request(
     translation = adapter.translate(data, controls, RequestFacts(adaptive=route.adaptive))
     notes += translation.adjustments
     return PreparedRequest(codec.encode(translation.body), True, controls, stream, route, translation, notes, count)
+
+
+def prepare_controls_only(body: bytes, route: Route) -> PreparedRequest | None:
+    """``prepare_request`` for a body ``probe`` answered ``Probe.CONTROLS`` on a fixed chat completions route,
+    decoded at the top level only (``spliced.decode_top``): the controls rules run on it and every message goes
+    upstream as its original bytes, since none is one the history rules change. ``None`` when the body is not
+    one ``spliced.decode_top`` takes; the full decode then decides.
+
+    Raises:
+        ApiError: what ``prepare_request`` raises for the same body on the same route (a control of the wrong
+            type, ``controls.fold_controls``).
+    """
+    data = spliced.decode_top(body)
+    return None if data is None else _prepare_partly(body, data, route, messages=False)
 
 
 def prepare_spliced(body: bytes, route: Route) -> PreparedRequest | None:
@@ -248,13 +273,17 @@ def prepare_spliced(body: bytes, route: Route) -> PreparedRequest | None:
         ApiError: what ``prepare_request`` raises for the same body on the same route.
     """
     data = spliced.decode(body)
-    if data is None:
-        return None
+    return None if data is None else _prepare_partly(body, data, route, messages=True)
+
+
+def _prepare_partly(body: bytes, data: dict[str, Any], route: Route, *, messages: bool) -> PreparedRequest:
+    """The pipeline on a body ``spliced`` decoded partly: the controls, then (``messages``) the history rules
+    through ``spliced.prepare_messages``; encoded with every ``Raw`` as its bytes, or ``body`` when unchanged."""
     controls, changed = fold_controls(data)
     notes: list[str] = []
     if prepare_controls(data, controls, route, notes):
         changed = True
-    if "messages" in data and spliced.prepare_messages(data["messages"], route, body):
+    if messages and "messages" in data and spliced.prepare_messages(data["messages"], route, body):
         changed = True
     stream = data.get("stream") is True
     return PreparedRequest(spliced.encode(data) if changed else body, changed, controls, stream, route, None, notes)

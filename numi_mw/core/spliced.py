@@ -34,13 +34,16 @@ from numi_mw.core.history import prepare_messages as filter_messages
 from numi_mw.core.providers import ReasoningField
 from numi_mw.core.routing import Route
 
-__all__ = ["decode", "encode", "prepare_messages"]
+__all__ = ["decode", "decode_top", "encode", "prepare_messages"]
 
 Raw = msgspec.Raw
 
 _Item = Union[dict[str, Raw], str, int, float, bool, None, list[Any]]  # noqa: UP007 (msgspec reads the Union)
 _Top = dict[str, Union[list[_Item], dict[str, Any], str, int, float, bool, None]]  # noqa: UP007
 _decoder = msgspec.json.Decoder(_Top)
+_top_decoder = msgspec.json.Decoder(
+    dict[str, Union[list[Raw], dict[str, Any], str, int, float, bool, None]]  # noqa: UP007 (msgspec reads it)
+)
 _details = msgspec.json.Decoder(list[_Item])
 _items = msgspec.json.Decoder(list[Raw])
 _object = msgspec.json.Decoder(dict[str, Raw])
@@ -93,6 +96,21 @@ def decode(body: bytes) -> dict[str, Any] | None:
         if type(message) is not dict:
             return None
     return data
+
+
+def decode_top(body: bytes) -> dict[str, Any] | None:
+    """The top level of a request ``body`` as builtins, with every top-level array a ``list[msgspec.Raw]``: each
+    item (a message of ``messages``, a tool of ``tools``) is the bytes it came as, neither built nor copied.
+    ``None`` when the body is not a JSON object (the full decode then decides and gives its error).
+
+    For a body whose messages no rule changes (``request.Probe.CONTROLS``): the controls rules read and write
+    only top-level values, and ``encode`` writes each item back as its original bytes. msgspec does not check
+    the strings it keeps as ``Raw``; the caller has checked the body is UTF-8 (``codec.check_utf8``).
+    """
+    try:
+        return _top_decoder.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return None
 
 
 def _is_assistant(role: Raw | None) -> bool:
