@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from numi_mw.core.controls import ReasoningControls, fold_controls
 from numi_mw.core.errors import ApiError
-from numi_mw.core.providers import ProviderRules, infer_provider, provider_rules
+from numi_mw.core.providers import PROVIDERS, ProviderRules, infer_provider, provider_rules
 from numi_mw.core.request import PROBE_MAX_BYTES, Probe, is_chat_completions, prepare_for_route, prepare_request, probe
 from numi_mw.core.routing import fixed_route
 
@@ -303,7 +303,7 @@ _CONTROLS_BODY = _BODY.flatmap(
 @given(body=_CONTROLS_BODY)
 def test_a_body_whose_messages_stay_gets_what_the_full_path_gives(body: dict[str, Any]) -> None:
     raw = json.dumps(body).encode()
-    for name in ("openrouter", "deepseek", "anthropic", "openai", "generic", "local", "inception", "ppq"):
+    for name in PROVIDERS:
         if probe(raw, fixed_route(provider_rules(name))) is not Probe.CONTROLS:
             continue
 
@@ -326,6 +326,18 @@ def test_a_body_whose_messages_stay_keeps_their_bytes() -> None:
         b'"temperature":1.1,"reasoning":{"effort":"high","exclude":true}}'
     )
     assert (prepared.changed, prepared.controls.effort, prepared.controls.exclude) == (True, "high", True)
+
+
+def test_a_number_no_float_holds_inside_a_message_goes_as_sent_beside_a_control() -> None:
+    raw = b'{"messages":[{"role":"user","content":1e400}],"reasoning_effort":"high"}'
+    assert prepare_request(raw, provider_rules("openai")).body == raw  # as a body without the control passes
+    assert (
+        prepare_request(raw, OPENROUTER).body
+        == b'{"messages":[{"role":"user","content":1e400}],"reasoning":{"effort":"high"}}'
+    )
+    with pytest.raises(ApiError) as info:  # a top-level one is decoded, and refused as before
+        prepare_request(b'{"temperature":1e400,"reasoning_effort":"high"}', OPENROUTER)
+    assert (info.value.status, info.value.code) == (400, "invalid_json")
 
 
 @pytest.mark.parametrize(

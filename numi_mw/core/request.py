@@ -49,7 +49,8 @@ MIN_DETAIL_LIMIT = MAX_SIGNATURE_BYTES
 UTF-8 size never exceeds its encoded length, so the detail walk is skipped."""
 
 PROBE_MAX_BYTES = 64 * 1024
-"""Bodies up to this size (bytes) are probed first (``probe``) and, when it finds changes, decoded whole; larger
+"""Bodies up to this size (bytes) are probed first (``probe``) and, when it finds changes, decoded at the top level
+alone when only the controls change (``prepare_controls_only``), else whole; larger
 ones on a fixed chat completions route are decoded only as far as the rules read (``prepare_spliced``).
 Measured: for a 2 KiB body the probe costs a third of a full decode plus the walk, and the spliced path costs
 more than the full one (98.7 k instructions against 90.9 k on the harness's 2 KB rewrite); for bodies with
@@ -101,8 +102,9 @@ class Probe(enum.Enum):
     internal metadata."""
     CONTROLS = "controls"
     """Only the top-level reasoning controls may change it (``reasoning``, ``reasoning_effort``,
-    ``include_reasoning``): no message has a field the history rules read, and every message key is one chat
-    completions defines. The body is UTF-8 (checked)."""
+    ``include_reasoning``): no message has a reasoning field the route's history rules change (``reasoning_details``
+    pass where the route keeps them), and every message key is one chat completions defines. The body is UTF-8
+    (checked)."""
     PLAIN = "plain"
     """Nothing to normalize; the body does not ask for a stream."""
     PLAIN_STREAM = "plain-stream"
@@ -256,9 +258,12 @@ def prepare_controls_only(body: bytes, route: Route) -> PreparedRequest | None:
     upstream as its original bytes, since none is one the history rules change. ``None`` when the body is not
     one ``spliced.decode_top`` takes; the full decode then decides.
 
+    Inside the items of top-level arrays nothing is decoded, so a value there that the full decode refuses (a
+    number no float holds, ``1e400``) goes upstream as sent, as it does in a body that passes as it came.
+
     Raises:
-        ApiError: what ``prepare_request`` raises for the same body on the same route (a control of the wrong
-            type, ``controls.fold_controls``).
+        ApiError: what ``prepare_request`` raises for a control of the wrong type (``controls.fold_controls``),
+            or for a top-level value msgspec refuses.
     """
     data = spliced.decode_top(body)
     return None if data is None else _prepare_partly(body, data, route, messages=False)
