@@ -50,8 +50,8 @@ UTF-8 size never exceeds its encoded length, so the detail walk is skipped."""
 
 PROBE_MAX_BYTES = 64 * 1024
 """Bodies up to this size (bytes) are probed first (``probe``) and, when it finds changes, decoded at the top level
-alone when only the controls change (``prepare_controls_only``), else whole; larger
-ones on a fixed chat completions route are decoded only as far as the rules read (``prepare_spliced``).
+alone when only the controls change (``prepare_controls_only``), else whole; larger ones on a fixed chat
+completions route are decoded only as far as the rules read (``prepare_spliced``).
 Measured: for a 2 KiB body the probe costs a third of a full decode plus the walk, and the spliced path costs
 more than the full one (98.7 k instructions against 90.9 k on the harness's 2 KB rewrite); for bodies with
 thousands of tiny messages the probe costs more than decoding, and such bodies are large; on the 200 KB
@@ -262,8 +262,9 @@ def prepare_controls_only(body: bytes, route: Route) -> PreparedRequest | None:
     number no float holds, ``1e400``) goes upstream as sent, as it does in a body that passes as it came.
 
     Raises:
-        ApiError: what ``prepare_request`` raises for a control of the wrong type (``controls.fold_controls``),
-            or for a top-level value msgspec refuses.
+        ApiError: what ``prepare_request`` raises for a control of the wrong type (``controls.fold_controls``). A
+            top-level value msgspec refuses (a number no float holds) makes ``decode_top`` answer ``None``, and
+            the full decode refuses it as before.
     """
     data = spliced.decode_top(body)
     return None if data is None else _prepare_partly(body, data, route, messages=False)

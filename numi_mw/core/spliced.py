@@ -101,7 +101,8 @@ def decode(body: bytes) -> dict[str, Any] | None:
 def decode_top(body: bytes) -> dict[str, Any] | None:
     """The top level of a request ``body`` as builtins, with every top-level array a ``list[msgspec.Raw]``: each
     item (a message of ``messages``, a tool of ``tools``) is the bytes it came as, neither built nor copied.
-    ``None`` when the body is not a JSON object (the full decode then decides and gives its error).
+    ``None`` when msgspec refuses it (not a JSON object, a top-level number no float holds): the full decode then
+    decides and gives its error.
 
     For a body whose messages no rule changes (``request.Probe.CONTROLS``): the controls rules read and write
     only top-level values, and ``encode`` writes each item back as its original bytes. msgspec does not check
