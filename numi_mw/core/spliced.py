@@ -71,6 +71,8 @@ _ASSISTANT = Raw(b'"assistant"')
 _NULL = Raw(b"null")
 _EMPTY_STRING = Raw(b'""')
 _QUOTE = ord('"')
+_N = ord("n")
+_EMPTY_BYTES = len(_EMPTY_STRING)
 _ROLE_BYTES = len(_ASSISTANT)
 _REASONING_KEYS = frozenset((*HELD_REASONING_FIELDS, HELD_FIELD))
 """Keys that make an assistant message one the history rules may change (a ``provider_specific_fields`` makes
@@ -219,13 +221,15 @@ def _pending(messages: list[dict[str, Raw]]) -> list[tuple[int, Collection[str] 
 
 def _raw_kind(raw: Raw | None) -> int | None:
     """The table's kind of a plain reasoning field held as ``Raw`` (``history.ABSENT``, ``EMPTY``, ``TEXT``), or
-    ``None`` when it is not a string: ``""`` is the only way to write the empty string, and a value the first pass
-    took that starts with a quote is a string."""
-    if raw is None or raw == _NULL:
+    ``None`` when it is not a string, read from its first byte: a value the first pass took that starts with a
+    quote is a string, ``""`` (two bytes) the only way to write the empty one, and ``null`` the one JSON value that
+    starts with an n."""
+    if raw is None:
         return ABSENT
-    if raw == _EMPTY_STRING:
-        return EMPTY
-    return TEXT if memoryview(raw)[0] == _QUOTE else None
+    first = memoryview(raw)[0]
+    if first == _QUOTE:
+        return EMPTY if len(raw) == _EMPTY_BYTES else TEXT
+    return ABSENT if first == _N else None
 
 
 def _apply_table(messages: list[dict[str, Any]], pending: list[tuple[int, Any]], field: ReasoningField) -> bool:
