@@ -418,10 +418,37 @@ def test_the_fast_path_follows_the_choices_the_general_path_follows(exclude: boo
         body = {"id": "x", "choices": [{"index": index, "delta": {"reasoning": "r"}, "finish_reason": None}]}
         out = fast.normalize(copy.deepcopy(body))
         assert msgspec.json.encode(out) == msgspec.json.encode(general.normalize(copy.deepcopy(body)))
-        if index >= MAX_CHOICES:  # past the bound a choice passes as it came, its reasoning too
+        if exclude:
+            assert out == []  # nothing but reasoning: the chunk is dropped, past the bound too
+        elif index >= MAX_CHOICES:  # past the bound a choice passes as it came, its reasoning too
             assert out is UNCHANGED
-        elif exclude:
-            assert out == []  # nothing but reasoning: the chunk is dropped
+
+
+@pytest.mark.parametrize("index", [MAX_CHOICES, "a", None, 1.5])
+def test_with_exclude_a_choice_without_state_loses_its_reasoning_fields_and_keeps_the_rest(index: Any) -> None:
+    normalizer = ChunkNormalizer(exclude=True)
+    for followed in range(MAX_CHOICES):
+        normalizer.normalize({"choices": [{"index": followed, "delta": {"reasoning": "r"}, "finish_reason": None}]})
+    delta = {
+        "reasoning_content": "R",
+        "reasoning_details": [{"type": "reasoning.text", "text": "R", "signature": "sig", "index": 0}],
+        "content": "answer",
+    }
+    body = {"id": "x", "choices": [{"index": index, "delta": delta, "finish_reason": None, "logprobs": None}]}
+    assert normalizer.normalize(body) == [
+        {
+            "id": "x",
+            "choices": [{"index": index, "delta": {"content": "answer"}, "finish_reason": None, "logprobs": None}],
+        }
+    ]
+    role_only = {"choices": [{"index": index, "delta": {"role": "assistant", "reasoning": "R"}, "finish_reason": None}]}
+    assert normalizer.normalize(role_only) == [
+        {"choices": [{"index": index, "delta": {"role": "assistant"}, "finish_reason": None}]}
+    ]
+    shown = ChunkNormalizer()
+    for followed in range(MAX_CHOICES):
+        shown.normalize({"choices": [{"index": followed, "delta": {"reasoning": "r"}, "finish_reason": None}]})
+    assert shown.normalize(copy.deepcopy(body)) is UNCHANGED  # shown, it passes as it came
 
 
 def test_a_key_spelled_with_escapes_is_normalized_too() -> None:

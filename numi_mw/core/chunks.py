@@ -206,7 +206,8 @@ def _details_text(delta: dict[str, Any]) -> str:
 MAX_CHOICES: Final = 128
 """The most choices of one stream the normalizer follows (OpenAI's ``n`` is at most 128). A chunk's choice with any
 other ``index`` once this many have state passes through as it came (``docs/streaming.md``, "Memory"), so a stream
-that names a million choice indexes keeps bounded state, and nothing of it is lost or changed."""
+that names a million choice indexes keeps bounded state, and nothing of it is lost or changed; with ``exclude``
+its reasoning fields are still taken out (``_excluded``)."""
 
 
 class _ChoiceStates(dict[Any, _Choice]):
@@ -301,7 +302,10 @@ class ChunkNormalizer:
         results: list[list[Any]] = []
         changed = False
         for choice in choices:
-            entries = self._normalize_choice(choice) if self._follows(choice) else UNCHANGED
+            if self._follows(choice):
+                entries = self._normalize_choice(choice)
+            else:  # no state for it: as it came, but for its reasoning fields with exclude
+                entries = _excluded(choice) if self.exclude else UNCHANGED
             if entries is UNCHANGED:
                 results.append([choice])
             else:
@@ -860,6 +864,22 @@ def _carries_more(entry: dict[str, Any]) -> bool:
     """Whether a choice ``entry`` carries a value beyond its delta and finish reason (``logprobs``, a provider's own
     field), so that it is never dropped for an empty delta."""
     return any(value is not None for key, value in entry.items() if key not in _CHOICE_KEYS)
+
+
+def _excluded(choice: Any) -> list[Any] | None:
+    """A choice the normalizer does not follow (``_follows``: past ``MAX_CHOICES``, an ``index`` that is not an
+    integer), as it goes out with ``exclude``: its delta's reasoning fields taken out, which needs no state, and the
+    entry dropped when nothing is left (``_unless_emptied``); ``UNCHANGED`` when it has none. With think splitting,
+    tagged reasoning in its ``content`` stays: cutting it needs the choice's state."""
+    if type(choice) is not dict:
+        return UNCHANGED
+    delta = choice.get("delta")
+    if type(delta) is not dict or _REASONING_KEYS.isdisjoint(delta):
+        return UNCHANGED
+    kept = _unless_emptied(
+        {**choice, "delta": {key: value for key, value in delta.items() if key not in _REASONING_KEYS}}
+    )
+    return [] if kept is None else [kept]
 
 
 def _unless_emptied(entry: dict[str, Any]) -> dict[str, Any] | None:
