@@ -424,6 +424,27 @@ def test_the_fast_path_follows_the_choices_the_general_path_follows(exclude: boo
             assert out is UNCHANGED
 
 
+def test_with_exclude_a_whole_message_in_a_stream_chunk_loses_its_reasoning_fields() -> None:
+    message = {
+        "role": "assistant",
+        "content": "answer",
+        "reasoning": "secret",
+        "reasoning_details": [{"type": "reasoning.encrypted", "data": "opaque", "index": 0}],
+    }
+    body = {"id": "x", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    assert ChunkNormalizer(exclude=True).normalize(copy.deepcopy(body)) == [
+        {
+            "id": "x",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "answer"}, "finish_reason": "stop"}],
+        }
+    ]
+    assert ChunkNormalizer().normalize(copy.deepcopy(body)) is UNCHANGED  # shown, it passes as it came
+    odd = {"choices": [{"index": 0, "delta": "text", "message": {"reasoning_content": "R"}}]}
+    assert ChunkNormalizer(exclude=True).normalize(copy.deepcopy(odd)) == [
+        {"choices": [{"index": 0, "delta": "text", "message": {}}]}
+    ]
+
+
 @pytest.mark.parametrize("index", [MAX_CHOICES, "a", None, 1.5])
 def test_with_exclude_a_choice_without_state_loses_its_reasoning_fields_and_keeps_the_rest(index: Any) -> None:
     normalizer = ChunkNormalizer(exclude=True)

@@ -868,13 +868,20 @@ def _carries_more(entry: dict[str, Any]) -> bool:
 
 def _excluded(choice: Any) -> list[Any] | None:
     """A choice the normalizer does not follow (``_follows``: past ``MAX_CHOICES``, an ``index`` that is not an
-    integer), as it goes out with ``exclude``: its delta's reasoning fields taken out, which needs no state, and the
-    entry dropped when nothing is left (``_unless_emptied``); ``UNCHANGED`` when it has none. With think splitting,
-    tagged reasoning in its ``content`` stays: cutting it needs the choice's state."""
+    integer, no ``delta`` object), as it goes out with ``exclude``: the reasoning fields of its ``delta`` taken out,
+    which needs no state, and the entry dropped when nothing is left (``_unless_emptied``); those of a ``message``
+    object in place of the delta (a whole message in a stream chunk, as some servers send) taken out likewise, the
+    entry kept. ``UNCHANGED`` when it has none. With think splitting, tagged reasoning in its ``content`` stays:
+    cutting it needs the choice's state."""
     if type(choice) is not dict:
         return UNCHANGED
     delta = choice.get("delta")
-    if type(delta) is not dict or _REASONING_KEYS.isdisjoint(delta):
+    if type(delta) is not dict:
+        message = choice.get("message")
+        if type(message) is not dict or _REASONING_KEYS.isdisjoint(message):
+            return UNCHANGED
+        return [{**choice, "message": {key: value for key, value in message.items() if key not in _REASONING_KEYS}}]
+    if _REASONING_KEYS.isdisjoint(delta):
         return UNCHANGED
     kept = _unless_emptied(
         {**choice, "delta": {key: value for key, value in delta.items() if key not in _REASONING_KEYS}}
