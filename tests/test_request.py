@@ -30,10 +30,13 @@ def probe_plain(raw: bytes, rules: ProviderRules = OPENROUTER) -> bool | None:
     return _ANSWERS[probe(raw, fixed_route(rules))]
 
 
-def normalize_body(data: dict[str, Any], rules: ProviderRules, size: int) -> tuple[ReasoningControls, bool]:
-    """The full path on a decoded body for a single upstream with ``rules``: fold, then the route's pipeline."""
+def normalize_body(
+    data: dict[str, Any], rules: ProviderRules, size: int, notes: list[str] | None = None
+) -> tuple[ReasoningControls, bool]:
+    """The full path on a decoded body for a single upstream with ``rules``: fold, then the route's pipeline (what
+    the controls form left out goes into ``notes``, when given)."""
     controls, changed = fold_controls(data)
-    return controls, prepare_for_route(data, controls, fixed_route(rules), size) or changed
+    return controls, prepare_for_route(data, controls, fixed_route(rules), size, notes=notes) or changed
 
 
 def test_body_without_reasoning_is_the_original_bytes_object() -> None:
@@ -278,9 +281,8 @@ def _outcome(run: Any) -> tuple[Any, ...]:
 def _full_path(raw: bytes, name: str) -> tuple[Any, ...]:
     def run() -> tuple[bytes, ReasoningControls, bool, list[str]]:
         data = json.loads(raw)
-        controls, changed = fold_controls(data)
         notes: list[str] = []
-        changed = prepare_for_route(data, controls, fixed_route(provider_rules(name)), len(raw), notes=notes) or changed
+        controls, changed = normalize_body(data, provider_rules(name), len(raw), notes)
         return json.dumps(data).encode(), controls, changed, notes
 
     return _outcome(run)

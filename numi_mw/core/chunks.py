@@ -875,17 +875,14 @@ def _excluded(choice: Any) -> list[Any] | None:
     cutting it needs the choice's state."""
     if type(choice) is not dict:
         return UNCHANGED
-    delta = choice.get("delta")
-    if type(delta) is not dict:
-        message = choice.get("message")
-        if type(message) is not dict or _REASONING_KEYS.isdisjoint(message):
-            return UNCHANGED
-        return [{**choice, "message": {key: value for key, value in message.items() if key not in _REASONING_KEYS}}]
-    if _REASONING_KEYS.isdisjoint(delta):
+    field = "delta" if type(choice.get("delta")) is dict else "message"
+    value = choice.get(field)
+    if type(value) is not dict or _REASONING_KEYS.isdisjoint(value):
         return UNCHANGED
-    kept = _unless_emptied(
-        {**choice, "delta": {key: value for key, value in delta.items() if key not in _REASONING_KEYS}}
-    )
+    entry = {**choice, field: {key: item for key, item in value.items() if key not in _REASONING_KEYS}}
+    if field == "message":
+        return [entry]
+    kept = _unless_emptied(entry)
     return [] if kept is None else [kept]
 
 

@@ -69,10 +69,10 @@ _LIMITS = (
 )
 _ASSISTANT = Raw(b'"assistant"')
 _NULL = Raw(b"null")
-_EMPTY_STRING = Raw(b'""')
 _QUOTE = ord('"')
 _N = ord("n")
-_EMPTY_BYTES = len(_EMPTY_STRING)
+_EMPTY_BYTES = len(b'""')
+"""The length of the one way to write the empty string."""
 _ROLE_BYTES = len(_ASSISTANT)
 _REASONING_KEYS = frozenset((*HELD_REASONING_FIELDS, HELD_FIELD))
 """Keys that make an assistant message one the history rules may change (a ``provider_specific_fields`` makes
