@@ -159,6 +159,10 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body: bytes) 
     """
     keys = set().union(*messages)  # every key of every message, in one pass
     metadata = HELD_FIELD in keys or _has_metadata(keys)
+    if not metadata and route.keeps_details:  # the filter keeps every message: only the table can change one
+        changed = not keys.isdisjoint(PLAIN_FIELDS) and _apply_table(messages, route.rules.reasoning_field, keys)
+        check_limits(messages, body)
+        return changed
     if metadata:
         pending = _pending(messages)
     else:  # only an assistant turn with reasoning can change
@@ -170,10 +174,6 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body: bytes) 
     if not pending:
         check_limits(messages, body)
         return False
-    if not metadata and route.keeps_details:  # the filter keeps every message: only the table can change one
-        changed = _apply_table(messages, pending, route.rules.reasoning_field)
-        check_limits(messages, body)
-        return changed
     read: tuple[str, ...] = ()
     found: list[int] = []
     views: list[dict[str, Any]] = []
@@ -232,16 +232,19 @@ def _raw_kind(raw: Raw | None) -> int | None:
     return ABSENT if first == _N else None
 
 
-def _apply_table(messages: list[dict[str, Any]], pending: list[tuple[int, Any]], field: ReasoningField) -> bool:
+def _apply_table(messages: list[dict[str, Any]], field: ReasoningField, keys: Collection[str]) -> bool:
     """Spec 004's reasoning / reasoning_content table (``history.apply_table``) on the assistant messages of
-    ``messages`` at ``pending``'s indices, read from their ``Raw`` values: a field that moves keeps its bytes.
-    Two plain fields with the same bytes hold the same text; with other bytes, they are decoded and compared
-    (escapes may write one text two ways). Returns whether any message changed."""
+    ``messages`` that have a plain reasoning field, read from their ``Raw`` values: a field that moves keeps its
+    bytes. Two plain fields with the same bytes hold the same text; with other bytes, they are decoded and compared
+    (escapes may write one text two ways). ``keys`` holds every key of every message: a plain field no message
+    has is not looked up in each. Returns whether any message changed."""
     changed = False
-    for i, _ in pending:
-        message = messages[i]
-        r: Raw | None = message.get("reasoning")
-        rc: Raw | None = message.get("reasoning_content")
+    any_r, any_rc = "reasoning" in keys, "reasoning_content" in keys
+    for message in messages:
+        r: Raw | None = message.get("reasoning") if any_r else None
+        rc: Raw | None = message.get("reasoning_content") if any_rc else None
+        if (r is None and rc is None) or not _is_assistant(message.get("role")):
+            continue
         r_kind, rc_kind = _raw_kind(r), _raw_kind(rc)
         if r_kind is None or rc_kind is None:
             continue
