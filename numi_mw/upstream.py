@@ -292,6 +292,13 @@ KEEP_ALIVE = (b"Connection", b"keep-alive")
 ``upstream_request`` sends too, so that an upstream gets the bytes it always got."""
 
 
+_FRAMING = frozenset((b"host", b"content-length", b"transfer-encoding"))
+"""Headers whose presence changes what ``httpx.Request`` adds (``upstream_request`` leaves such a request to it)."""
+_LENGTH_REQUIRED = frozenset(("POST", "PUT", "PATCH"))
+"""The methods httpx gives ``Content-Length: 0`` when they have no body."""
+_NO_LENGTH = (b"Content-Length", b"0")
+
+
 def upstream_request(
     method: str,
     url: httpx.URL,
@@ -315,7 +322,23 @@ def upstream_request(
             extension that the transports read.
     """
     extensions = {"timeout": timeout}
-    request = httpx.Request(method, url, headers=[KEEP_ALIVE, *headers], content=content, extensions=extensions)
+    if isinstance(content, bytes) and not any(name.lower() in _FRAMING for name, _ in headers):
+        # what ``httpx.Request(content=...)`` makes of a whole body (``_prepare``: ``Host`` and, for an empty body
+        # that needs one, ``Content-Length: 0`` first; a body's ``Content-Length`` last), its headers normalized
+        # once instead of three times
+        method = method.upper()
+        raw = [(b"Host", url.netloc)] if url.host else []
+        if not content and method in _LENGTH_REQUIRED:
+            raw.append(_NO_LENGTH)
+        raw += (KEEP_ALIVE, *headers)
+        if content:
+            raw.append((b"Content-Length", b"%d" % len(content)))
+        request = httpx.Request(
+            method, url, headers=httpx.Headers(raw), stream=httpx.ByteStream(content), extensions=extensions
+        )
+        request.read()  # the body as ``content=`` would have it read
+    else:
+        request = httpx.Request(method, url, headers=[KEEP_ALIVE, *headers], content=content, extensions=extensions)
     if url.userinfo:
         username, password = url.username, url.password
         if username or password:

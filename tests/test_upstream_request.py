@@ -45,12 +45,28 @@ HEADERS = [
         ("POST", "http://us%40er:p%3Ass@127.0.0.1:9/v1/files", b"x"),  # credentials: Authorization: Basic
         ("POST", "http://user@127.0.0.1:9/v1/files", b"x"),  # a user alone is credentials too
         ("POST", "http://:@127.0.0.1:9/v1/files", b"x"),  # empty ones are not
+        ("post", "http://127.0.0.1:9/v1/chat/completions", b""),  # Content-Length: 0, named upper-case
+        ("PUT", "http://127.0.0.1:9/v1/files/a", b""),
+        ("PATCH", "http://127.0.0.1:9/v1/files/a", b"{}"),
+        ("OPTIONS", "http://127.0.0.1:9/v1/models", b""),
     ],
 )
-async def test_the_request_is_the_one_the_client_built(method: str, url: str, content: bytes) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        [(b"Host", b"elsewhere.test")],  # a framing header of the caller's own: httpx keeps it, adds none
+        [(b"content-length", b"2")],
+        [(b"Transfer-Encoding", b"chunked")],
+    ],
+)
+async def test_the_request_is_the_one_the_client_built(
+    method: str, url: str, content: bytes, extra: list[tuple[bytes, bytes]]
+) -> None:
+    headers = [*HEADERS, *extra]
     async with _client() as client:
-        built = client.build_request(method, httpx.URL(url), headers=HEADERS, content=content)
-    ours = upstream_request(method, httpx.URL(url), HEADERS, content, TIMEOUT.as_dict())
+        built = client.build_request(method, httpx.URL(url), headers=headers, content=content)
+    ours = upstream_request(method, httpx.URL(url), headers, content, TIMEOUT.as_dict())
     auth = client._build_request_auth(built)  # the client's default auth: Basic from the URL's credentials
     flow = auth.sync_auth_flow(built)
     built = next(flow)
@@ -63,6 +79,7 @@ async def test_the_request_is_the_one_the_client_built(method: str, url: str, co
         == {"timeout": {"connect": 10.0, "read": 600.0, "write": 600.0, "pool": 600.0}}
     )
     assert ours.read() == built.read() == content
+    assert type(ours.stream) is type(built.stream) is httpx.ByteStream  # the transports read a whole body from it
 
 
 async def test_a_streamed_body_is_framed_as_the_client_framed_it() -> None:
