@@ -16,13 +16,21 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from numi_mw import create_app, load_catalog
 from numi_mw.proxy.ops import (
+    _JSON_ESCAPES,
+    _LINE_ESCAPES,
+    _VALUE_ESCAPES,
     JSONFormatter,
     TextFormatter,
+    _AccessLine,
     _TokenCount,
+    escape_line,
+    escape_value,
     lean_log_records,
     log_config,
 )
@@ -366,6 +374,52 @@ def test_a_text_log_line_escapes_control_characters_and_backslashes() -> None:
     line = TextFormatter().format(record)
     assert line.partition(" INFO ")[2] == "numi_mw.serve: model a\\x0ab\\\\c\\x1b\\x85\\u2028d"
     assert line.splitlines() == [line]
+
+
+_ESCAPED = "".join(map(chr, _LINE_ESCAPES))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(st.sampled_from(f"{_ESCAPED} a/\u00e9\u00a0\u00ad\u4e2d\U0001f600") | st.characters(), max_size=40))
+@example("/v1/chat/completions")
+@example("openai/gpt-6-luna")
+@example("a b")
+@example("\\")
+@example("\u2029")
+def test_the_escapes_that_skip_clean_text_give_what_translating_gives(text: str) -> None:
+    """``escape_line`` and ``escape_value`` return text with nothing to escape as it is, without translating it:
+    the same text as translating it every time."""
+    assert escape_line(text) == text.translate(_LINE_ESCAPES)
+    assert escape_value(text) == text.translate(_VALUE_ESCAPES)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(f"{_ESCAPED} a/\u00e9\u4e2d") | st.characters(), max_size=30))
+@example("/v1/a\x7fb")  # DEL is ASCII, and escaped
+@example("/v1/chat/completions")
+def test_a_json_access_line_escapes_exactly_what_it_names(path: str) -> None:
+    fields = {"method": "GET", "path": path, "status": 200}
+    record = logging.LogRecord("numi_mw.access", logging.INFO, __file__, 1, _AccessLine(fields), None, None)
+    record.access = fields
+    line = JSONFormatter().format(record)
+    time_stamp = json.loads(line)["time"]
+    expected = {"time": time_stamp, "level": "info", "logger": "numi_mw.access", **fields}
+    assert line == json.dumps(expected, ensure_ascii=False).translate(_JSON_ESCAPES)
+    assert json.loads(line) == expected
+
+
+def test_an_access_line_is_the_format_strings_line() -> None:
+    """``TextFormatter`` writes an access line out directly; it is the line its format string makes."""
+    fields = {"method": "POST", "path": "/v1/a b", "status": 200, "ttfb_s": 0.000412, "model": "m\n"}
+    record = logging.LogRecord("numi_mw.access", logging.INFO, __file__, 1, _AccessLine(fields), None, None)
+    record.access = fields
+    record.created, record.msecs = 1796342489.259, 259.0
+    formatter = TextFormatter()
+    line = formatter.format(record)
+    assert line == logging.Formatter.format(formatter, record)
+    assert line.partition(",259 ")[2] == (
+        "INFO numi_mw.access: method=POST path=/v1/a\\x20b status=200 ttfb_s=0.000412 model=m\\x0a"
+    )
 
 
 def test_log_config_refuses_trace_whose_lines_carry_headers_and_queries() -> None:

@@ -49,6 +49,8 @@ HEADERS = [
         ("PUT", "http://127.0.0.1:9/v1/files/a", b""),
         ("PATCH", "http://127.0.0.1:9/v1/files/a", b"{}"),
         ("OPTIONS", "http://127.0.0.1:9/v1/models", b""),
+        ("POST", "http://[::1]:9/v1/chat/completions", b"{}"),  # Host as httpx writes an IPv6 address
+        ("POST", "https://b\u00fccher.example/v1/chat/completions", b"{}"),  # and an IDNA host (punycode)
     ],
 )
 @pytest.mark.parametrize(

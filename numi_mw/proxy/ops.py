@@ -367,7 +367,7 @@ class Operations:
                 fields[key] = value
         if exchange.failure is not None:
             fields["upstream_error"] = f"{exchange.failure[0]}:{exchange.failure[1]}"
-        access_log.info("%s", _AccessLine(fields), extra={"access": fields})
+        access_log.info(_AccessLine(fields), extra={"access": fields})  # its text is built by str()
 
 
 class _AccessLine:
@@ -447,13 +447,19 @@ string of the line, where the escape reads back as the same character."""
 
 def escape_line(text: str) -> str:
     """``text`` with every character that could end a log line or fake an escape (``_LINE_ESCAPES``) escaped:
-    a logged value (a percent-decoded path, a model name) can then never start a forged line."""
+    a logged value (a percent-decoded path, a model name) can then never start a forged line. Text with none of
+    them comes back as it is without being translated: every character ``_LINE_ESCAPES`` names but the backslash
+    is one ``str.isprintable`` refuses."""
+    if text.isprintable() and "\\" not in text:
+        return text
     return text.translate(_LINE_ESCAPES)
 
 
 def escape_value(text: str) -> str:
     """``escape_line`` and the space as ``\\x20``: a ``key=value`` field of the text access line, which can then
     never add a forged field to its line."""
+    if text.isprintable() and " " not in text and "\\" not in text:
+        return text  # as in ``escape_line``: nothing to escape
     return text.translate(_VALUE_ESCAPES)
 
 
@@ -485,6 +491,15 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
         self._stamp = _SecondStamp(self.default_time_format, self.converter)
+
+    def format(self, record: logging.LogRecord) -> str:
+        """``logging.Formatter.format``; an access line (no exception, no stack) is written out directly, in the
+        same form, without the format string's ``%`` over the record's attributes."""
+        if type(getattr(record, "access", None)) is not dict or record.exc_info or record.stack_info:
+            return super().format(record)
+        record.message = message = record.getMessage()
+        record.asctime = asctime = self.formatTime(record)
+        return f"{asctime} {record.levelname} {record.name}: {message}"
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         """``logging.Formatter.formatTime`` (``2026-12-04 04:01:29,259``, local time), its date and time formatted
@@ -526,7 +541,10 @@ class JSONFormatter(logging.Formatter):
             out["message"] = record.getMessage()
         if record.exc_info and record.exc_info[1] is not None:
             out["exception"] = withheld_exception(record.exc_info[1])
-        return json.dumps(out, ensure_ascii=False).translate(_JSON_ESCAPES)
+        line = json.dumps(out, ensure_ascii=False)
+        if line.isascii() and "\x7f" not in line:  # nothing of _JSON_ESCAPES: not translated
+            return line
+        return line.translate(_JSON_ESCAPES)
 
 
 def lean_log_records() -> None:
