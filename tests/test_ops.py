@@ -720,3 +720,23 @@ def test_a_reasoning_token_count_split_across_body_messages_is_read_whole() -> N
     quoted = _TokenCount()
     quoted.feed(b'{"content":"say \\"reasoning_tokens\\": 9"}')
     assert quoted.value is None
+
+
+def test_an_event_streams_count_is_read_whole_wherever_its_messages_are_cut() -> None:
+    """In an event stream a message that ends with a blank line ends an event, and the next one is searched alone;
+    a count cut anywhere else, into three messages of any size (an empty one, one byte), is still read whole."""
+    usage = b'data: {"choices":[],"usage":{"completion_tokens_details":{"reasoning_tokens":123}}}\n\n'
+    stream = b'data: {"choices":[{"index":0,"delta":{"content":"4"}}]}\n\n' + usage + b"data: [DONE]\n\n"
+    for events in (True, False):  # a body that is not an event stream is always read across each cut
+        for cut in range(len(stream) + 1):
+            for second in range(cut, len(stream) + 1):
+                count = _TokenCount()
+                count.events = events
+                for piece in (stream[:cut], stream[cut:second], stream[second:]):
+                    count.feed(piece)
+                assert count.value == 123, (events, cut, second)
+    count = _TokenCount()
+    count.events = True
+    count.feed(b'data: {"usage":{"reasoning_tokens":7}}\n\n')
+    count.feed(b'data: {"usage":{"reasoning_tokens":8}}\n\n')
+    assert count.value == 8  # the last count wins

@@ -66,22 +66,34 @@ relayed body splits across two messages is read whole (a match is shorter than t
 class _TokenCount:
     """The reasoning token count of one response body, read from the usage in the bytes the client receives:
     the last ``"reasoning_tokens": N`` wins (a stream's usage chunk, or a buffered body's ``usage``). A key inside a
-    JSON string has its quotes escaped, so only real keys match."""
+    JSON string has its quotes escaped, so only real keys match.
 
-    __slots__ = ("tail", "value")
+    A count the boundary between two body messages splits is read from the body's last bytes before the boundary
+    and the message's first (``_SEAM`` of each; an empty message changes nothing). In an event stream
+    (``events``) a message that ends with a blank line (``\\n\\n``) ends an event, and no count of one event's
+    JSON reaches into the next: the next message is searched alone, so the stream's usual message (whole events)
+    costs one search."""
+
+    __slots__ = ("events", "tail", "value")
 
     def __init__(self) -> None:
+        self.events = False
         self.tail = b""
         self.value: int | None = None
 
     def feed(self, body: bytes) -> None:
+        if not body:  # an empty message (a stream's last) keeps the seam for the next one
+            return
         if self.tail:
             seam = self.tail + body[:_SEAM]
             if _KEY in seam:
                 self._scan(seam)
         if _KEY in body:
             self._scan(body)
-        self.tail = body[-_SEAM:]
+        if self.events and body.endswith(b"\n\n"):
+            self.tail = b""
+        else:  # the last bytes of the body so far, however short the messages they came in
+            self.tail = body[-_SEAM:] if len(body) >= _SEAM else (self.tail + body)[-_SEAM:]
 
     def _scan(self, data: bytes) -> None:
         for match in _REASONING_TOKENS.finditer(data):
@@ -308,7 +320,7 @@ class Operations:
             nonlocal status, first, streaming
             if message["type"] == "http.response.start":
                 status = message["status"]
-                streaming = _is_event_stream(message.get("headers", ()))
+                streaming = tokens.events = _is_event_stream(message.get("headers", ()))
                 if streaming and self.metrics is not None:
                     self.metrics.open_streams.inc()
             elif message["type"] == "http.response.body":
