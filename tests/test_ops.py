@@ -420,6 +420,8 @@ def test_an_access_line_is_the_format_strings_line() -> None:
     assert line.partition(",259 ")[2] == (
         "INFO numi_mw.access: method=POST path=/v1/a\\x20b status=200 ttfb_s=0.000412 model=m\\x0a"
     )
+    record.exc_text = "Traceback (most recent call last):"  # a record formatted before: it keeps its text
+    assert formatter.format(record) == logging.Formatter.format(formatter, record) == f"{line}\n{record.exc_text}"
 
 
 def test_log_config_refuses_trace_whose_lines_carry_headers_and_queries() -> None:

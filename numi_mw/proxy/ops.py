@@ -507,7 +507,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """``logging.Formatter.format``; an access line (no exception, no stack) is written out directly, in the
         same form, without the format string's ``%`` over the record's attributes."""
-        if type(getattr(record, "access", None)) is not dict or record.exc_info or record.stack_info:
+        if type(getattr(record, "access", None)) is not dict or record.exc_info or record.exc_text or record.stack_info:
             return super().format(record)
         record.message = message = record.getMessage()
         record.asctime = asctime = self.formatTime(record)
