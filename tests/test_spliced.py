@@ -206,6 +206,39 @@ def test_a_number_no_float_holds_inside_a_message_goes_as_sent() -> None:
     assert prepared.body == b'{"reasoning":{"effort":"low"},"messages":[{"role":"user","content":"x","seed":1e400}]}'
 
 
+def _large(message: bytes) -> bytes:
+    """A body over ``PROBE_MAX_BYTES`` (so that it takes the spliced path) whose last message is ``message``."""
+    pad = b"x" * PROBE_MAX_BYTES
+    return b'{"model":"m","messages":[{"role":"user","content":"' + pad + b'"},' + message + b"]}"
+
+
+@pytest.mark.parametrize("provider", ["openrouter", "deepseek"])
+def test_a_role_that_is_a_number_no_float_holds_is_no_assistant_and_goes_as_sent(provider: str) -> None:
+    """The role is read to find assistant turns; a role that is no string is none, and is not decoded (this one
+    would raise msgspec's range error), so the message goes upstream as sent."""
+    body = _large(b'{"role":100000000000e400,"content":"c","reasoning":"r"}')
+    prepared = prepare_request(body, fixed_route(PROVIDERS[provider]))
+    assert (prepared.body, prepared.changed) == (body, False)
+
+
+@pytest.mark.parametrize(
+    ("provider", "message"),
+    [
+        ("deepseek", b'{"role":"assistant","content":"c","reasoning_details":[{"type":"reasoning.text","x":1e400}]}'),
+        ("anthropic", b'{"role":"assistant","content":"c","thinking_blocks":[{"type":"thinking","x":1e400}]}'),
+    ],
+)
+def test_a_value_the_filter_reads_with_a_number_no_float_holds_is_refused_as_the_full_decode_refuses_it(
+    provider: str, message: bytes
+) -> None:
+    """The route's filter reads the turn's details or thinking blocks, so they are decoded: a number no float holds
+    in them is the full decode's 400, not an error of msgspec's escaping as a 500."""
+    with pytest.raises(ApiError) as caught:
+        prepare_request(_large(message), fixed_route(PROVIDERS[provider]))
+    assert (caught.value.status, caught.value.code) == (400, "invalid_json")
+    assert caught.value.message.startswith("The request body is not valid JSON (Number out of range")
+
+
 # --- generated histories, written in many ways -----------------------------------------------------------------
 
 NUMBERS = ["1", "1.0", "1e5", "-0.0", "2.50", "1E-3", "12345678901234567890123"]

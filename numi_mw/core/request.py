@@ -273,13 +273,20 @@ def prepare_controls_only(body: bytes, route: Route) -> PreparedRequest | None:
 def prepare_spliced(body: bytes, route: Route) -> PreparedRequest | None:
     """``prepare_request`` for a fixed chat completions route, on a body decoded only as far as the rules read it
     (``spliced``): what they do not touch goes upstream as its original bytes. ``None`` when the body is not one
-    ``spliced.decode`` takes; the full decode then decides.
+    ``spliced.decode`` takes, or when a value the rules read cannot be decoded (a number no float holds inside a
+    ``tool_calls``, ``reasoning_details`` or ``thinking_blocks`` the route's filter reads): the full decode then
+    decides, and refuses it as it refuses any such number.
 
     Raises:
         ApiError: what ``prepare_request`` raises for the same body on the same route.
     """
     data = spliced.decode(body)
-    return None if data is None else _prepare_partly(body, data, route, messages=True)
+    if data is None:
+        return None
+    try:
+        return _prepare_partly(body, data, route, messages=True)
+    except msgspec.DecodeError:  # a value the rules read that the first pass only skipped: a number no float holds
+        return None
 
 
 def _prepare_partly(body: bytes, data: dict[str, Any], route: Route, *, messages: bool) -> PreparedRequest:

@@ -117,11 +117,13 @@ def decode_top(body: bytes) -> dict[str, Any] | None:
 
 
 def _is_assistant(role: Raw | None) -> bool:
+    """Whether a message's ``role`` (as ``Raw``) is the string ``assistant``: its bytes, or a longer string (written
+    with escapes) decoded. A role that is no string is not decoded (a number no float holds would not be)."""
     if role is None:
         return False
     if role == _ASSISTANT:
         return True
-    return len(role) > _ROLE_BYTES and _value.decode(role) == "assistant"  # written with escapes
+    return len(role) > _ROLE_BYTES and memoryview(role)[0] == _QUOTE and _value.decode(role) == "assistant"
 
 
 def _has_metadata(keys: Collection[str]) -> bool:
