@@ -470,8 +470,8 @@ def escape_line(text: str) -> str:
 def escape_value(text: str) -> str:
     """``escape_line`` and the space as ``\\x20``: a ``key=value`` field of the text access line, which can then
     never add a forged field to its line."""
-    if text.isprintable() and " " not in text and "\\" not in text:
-        return text  # as in ``escape_line``: nothing to escape
+    if " " not in text:
+        return escape_line(text)  # the space is all _VALUE_ESCAPES adds to _LINE_ESCAPES
     return text.translate(_VALUE_ESCAPES)
 
 
@@ -505,13 +505,13 @@ class TextFormatter(logging.Formatter):
         self._stamp = _SecondStamp(self.default_time_format, self.converter)
 
     def format(self, record: logging.LogRecord) -> str:
-        """``logging.Formatter.format``; an access line (no exception, no stack) is written out directly, in the
-        same form, without the format string's ``%`` over the record's attributes."""
+        """``logging.Formatter.format``; an access line (no exception, no stack) takes only its steps that such a
+        line needs: the message, the time, the format string's line (its values are escaped already)."""
         if type(getattr(record, "access", None)) is not dict or record.exc_info or record.exc_text or record.stack_info:
             return super().format(record)
-        record.message = message = record.getMessage()
-        record.asctime = asctime = self.formatTime(record)
-        return f"{asctime} {record.levelname} {record.name}: {message}"
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record)
+        return super().formatMessage(record)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         """``logging.Formatter.formatTime`` (``2026-12-04 04:01:29,259``, local time), its date and time formatted
