@@ -241,6 +241,65 @@ _FAST_EXCLUDE: Final = 3
 
 _REASONING_KEYS: Final = frozenset(REASONING_FIELDS)
 
+CONTENT_TEXT: Final = 1
+"""``ChunkNormalizer.repeat`` after a fragment in ``delta.reasoning_content`` extended the open text detail."""
+PLAIN_TEXT: Final = 2
+"""``ChunkNormalizer.repeat`` after a fragment in ``delta.reasoning`` alone extended the open text detail."""
+SHOWN_TEXT: Final = 3
+"""``ChunkNormalizer.repeat`` after a fragment in ``delta.reasoning`` and the same text in its one ``reasoning.text``
+entry extended the open text detail."""
+DETAIL_TEXT: Final = 4
+"""``ChunkNormalizer.repeat`` after a fragment in one ``reasoning.text`` entry alone extended the open text detail."""
+THINK_TEXT: Final = 5
+"""``ChunkNormalizer.repeat`` after ``delta.content`` that a think splitter read as reasoning, whole, extended the open
+text detail."""
+THINK_CONTENT: Final = 6
+"""``ChunkNormalizer.repeat`` after ``delta.content`` that a think splitter read as content, whole, with no reasoning
+open: the chunk went as it came."""
+
+
+class Repeat:
+    """The state of one choice in which ``ChunkNormalizer``'s fast path rewrote a fragment that extends its open text
+    detail (at position ``pos``), for a chunk of the same bytes but its text (``shapes.ChunkShape``): the fast path
+    rewrites such a chunk the same way while the choice's reasoning is still open at that detail. With a think
+    splitter, it must also read the text as the same kind, whole; ``pos`` ``-1``: the content a splitter read, which
+    goes as it came while no reasoning is open."""
+
+    __slots__ = ("envelope", "normalizer", "pos", "splitter", "state")
+
+    def __init__(
+        self,
+        normalizer: ChunkNormalizer,
+        state: _Choice,
+        pos: int,
+        envelope: dict[str, Any],
+        splitter: ThinkSplitter | None = None,
+    ) -> None:
+        self.normalizer = normalizer
+        self.state = state
+        self.pos = pos
+        self.envelope = envelope
+        self.splitter = splitter  # the choice's, when the text was content a think splitter read
+
+    def repeated(self, text: bytes) -> bool:
+        """Whether the fast path would rewrite such a chunk with the text whose JSON string contents are ``text``
+        now as it did; if so, what it does to the state is done (the fragment is counted as sent, the chunk's
+        envelope is the last one): ``True``."""
+        state = self.state
+        splitter = self.splitter
+        if self.pos < 0:  # content a think splitter reads (``THINK_CONTENT``), while no reasoning is open
+            if state.open or splitter is None or not splitter.takes_whole(text, "content"):
+                return False
+            self.normalizer._envelope = self.envelope
+            return True
+        if not state.open or state.rebuilder.open_text != self.pos:
+            return False
+        if splitter is not None and not splitter.takes_whole(text, "reasoning"):
+            return False
+        state.sent += 1
+        self.normalizer._envelope = self.envelope
+        return True
+
 
 class ChunkNormalizer:
     """Normalize the chunks of one chat completions stream (spec 004 "Streaming").
@@ -250,7 +309,7 @@ class ChunkNormalizer:
         think: split reasoning tags out of ``delta.content`` with these settings; ``None`` leaves content as is.
     """
 
-    __slots__ = ("_choices", "_envelope", "_fast_path", "exclude", "open_reasoning", "think")
+    __slots__ = ("_choices", "_envelope", "_fast_path", "exclude", "open_reasoning", "repeat", "think")
 
     def __init__(self, *, exclude: bool = False, think: ThinkTags | None = None) -> None:
         self.exclude = exclude
@@ -260,6 +319,15 @@ class ChunkNormalizer:
         self._choices = states = _ChoiceStates()
         states.think = think
         self._envelope: dict[str, Any] | None = None
+        # set by the fast path when it extended the open text detail (``CONTENT_TEXT``, ...); its reader resets it
+        self.repeat = 0
+
+    def repeat_of(self, chunk: dict[str, Any]) -> Repeat:
+        """The state of the one choice of ``chunk``, the chunk just normalized, for ``Repeat``."""
+        state = self._choices[chunk["choices"][0].get("index", 0)]
+        kind = self.repeat
+        splitter = state.splitter if kind in (THINK_TEXT, THINK_CONTENT) else None
+        return Repeat(self, state, -1 if kind == THINK_CONTENT else state.rebuilder.open_text, chunk, splitter)
 
     def normalize(self, data: Any) -> list[dict[str, Any]] | None:
         """Normalize one decoded chunk.
@@ -360,9 +428,12 @@ class ChunkNormalizer:
             if kind == "content":
                 if not state.open:  # else it may end the reasoning: the general path (``_closing``)
                     if text == content:
+                        self.repeat = THINK_CONTENT
                         return UNCHANGED
                     fields = {"content": text}
             elif kind == "reasoning" and not self.exclude:
+                if state.rebuilder.open_text >= 0:  # the text extends the open detail (``_emit``, rule 1)
+                    self.repeat = THINK_TEXT
                 fields = self._piece_fields(pieces[0], state)
                 self._sent(state)
             if fields is not None:
@@ -399,6 +470,7 @@ class ChunkNormalizer:
             pos = state.rebuilder.open_text  # ``_plain_entries``, its common case inline
             if pos >= 0:
                 entries: list[Any] = [{"type": "reasoning.text", "text": plain, "index": pos}]
+                self.repeat = CONTENT_TEXT
             else:
                 entries = self._plain_entries(state, plain)
             fields: dict[str, Any] = {}
@@ -440,6 +512,7 @@ class ChunkNormalizer:
             if not state.open:
                 state.open = self.open_reasoning = True
             if pos >= 0:  # rule 1 extends the open detail (no call: _NO_TEXT): only type, text and index go out
+                self.repeat = SHOWN_TEXT if shown else DETAIL_TEXT
                 if shown and len(fragment) == 3 and fragment.get("index") == pos:
                     return UNCHANGED
                 delta["reasoning_details"] = [{"type": "reasoning.text", "text": text, "index": pos}]
@@ -470,6 +543,7 @@ class ChunkNormalizer:
             pos = state.rebuilder.open_text  # ``_plain_entries``, its common case inline
             if pos >= 0:
                 delta["reasoning_details"] = [{"type": "reasoning.text", "text": reasoning, "index": pos}]
+                self.repeat = PLAIN_TEXT
             else:
                 delta["reasoning_details"] = self._plain_entries(state, reasoning)
             state.sent += 1  # ``_sent``, inline on the common path

@@ -27,6 +27,7 @@ from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
 from numi_mw.core.completion import normalize_completion
 from numi_mw.core.errors import CUT_SHORT, ApiError, event_too_large, response_too_large, upstream_unavailable
 from numi_mw.core.providers import ProviderRules
+from numi_mw.core.shapes import ChunkShape, shape_of
 from numi_mw.core.sse import EventTooLarge, SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
 from numi_mw.core.structs import DEFAULT_BOUNDS as DEFAULT_BOUNDS
 from numi_mw.core.structs import DEFAULT_MAX_EVENT_BYTES as DEFAULT_MAX_EVENT_BYTES
@@ -184,6 +185,16 @@ def _head_of(data: bytes) -> dict[str, Any]:
     return {"id": head.id, "created": head.created, "model": head.model}
 
 
+_SHAPE_AFTER = 3
+"""A stream rewriter tries to cut a reasoning chunk's shape (``SSERewriter._reshape``) on every third chunk the fast
+path rewrote that has one, not on the first: a try costs about three chunks' rewrite (two decodes and an encode), a
+shape pays only over many chunks, and a stream's reasoning mostly takes few chunks or hundreds."""
+_SHAPE_TRIES = 4
+"""Tries at a shape a stream rewriter makes before its shapes have paid for them: a stream whose chunks never repeat
+(a field that changes in every chunk) pays for no more than these."""
+_SHAPE_HITS = 8
+"""The chunks a shape rewrites that pay for another try."""
+
 _MAX_KEPT_HEAD = 4096
 """A stream rewriter keeps the first chunk's data up to this many bytes and reads its head (``_head_of``) only if
 the stream breaks off; a larger first chunk is read at once, so that no more than this is held for it."""
@@ -221,7 +232,18 @@ class SSERewriter:
     ``fail(error) -> bytes`` what to send when it breaks off. The body has no fixed length any more.
     """
 
-    __slots__ = ("_decoder", "_done", "_head", "_normalizer", "_prefilter", "_usage", "options")
+    __slots__ = (
+        "_decoder",
+        "_done",
+        "_head",
+        "_normalizer",
+        "_prefilter",
+        "_repeats",
+        "_shape",
+        "_shape_tries",
+        "_usage",
+        "options",
+    )
 
     def __init__(self, options: ResponseOptions) -> None:
         self.options = options
@@ -232,6 +254,11 @@ class SSERewriter:
         self._usage = options.usage
         # the first chunk's data (or, past ``_MAX_KEPT_HEAD``, its id, created and model), for an error chunk
         self._head: bytes | dict[str, Any] | None = None
+        # the last reasoning chunk's shape (``shapes.ChunkShape``), the tries at one left (``_reshape``), and the
+        # chunks the full path took that had one since the last try
+        self._shape: ChunkShape | None = None
+        self._shape_tries = _SHAPE_TRIES
+        self._repeats = 0
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the next bytes of the upstream body; return the bytes to send now.
@@ -331,6 +358,12 @@ class SSERewriter:
             before = self._normalizer.close_before(data)  # open reasoning ends before the answer's first chunk
             if before is not None:
                 return b"".join([b"data: " + codec.encode_lenient(chunk) + b"\n\n" for chunk in before]) + raw
+        shape = self._shape
+        one_line = len(raw) - len(data) <= _ONE_DATA_LINE
+        if shape is not None and one_line:
+            out = shape.rewrite(data, raw)
+            if out is not None:
+                return out
         try:  # msgspec inline, not codec.decode_with_encoder: this runs once per event
             value = _decode(data)
         except (msgspec.DecodeError, RecursionError):
@@ -339,17 +372,43 @@ class SSERewriter:
                 return raw
             return self._send(raw, data, event, id, value, encode)
         accounted = usage is not None and account_completion(value, usage)
-        chunks = self._normalizer.normalize(value)
+        normalizer = self._normalizer
+        chunks = normalizer.normalize(value)
+        if normalizer.repeat:
+            if one_line and not accounted:
+                self._reshape(data, value, chunks is UNCHANGED)
+            normalizer.repeat = 0
         if chunks is UNCHANGED:
             if not accounted:
                 return raw
             chunks = [value]
-        if len(chunks) == 1 and len(raw) - len(data) <= _ONE_DATA_LINE:  # one chunk for one data line
+        if len(chunks) == 1 and one_line:  # one chunk for one data line
             try:
                 return b"data: " + _encode(chunks[0]) + b"\n\n"
             except UnicodeEncodeError:  # text a think splitter held from an event only the fallback could read
                 return b"data: " + codec.encode_lenient(chunks[0]) + b"\n\n"
         return self._frame_chunks(raw, data, event, id, value, chunks, accounted, _encode)
+
+    def _reshape(self, data: bytes, chunk: dict[str, Any], unchanged: bool) -> None:
+        """Cut the shape of the reasoning chunk whose data ``data`` the fast path just rewrote to ``chunk``
+        (``shapes.shape_of``), on every ``_SHAPE_AFTER``-th such chunk the full path takes, while tries are left:
+        ``_SHAPE_TRIES``, and one more for every ``_SHAPE_HITS`` chunks a shape rewrote. A try that finds no shape
+        keeps the one before."""
+        self._repeats += 1
+        if self._repeats < _SHAPE_AFTER:
+            return
+        self._repeats = 0
+        shape = self._shape
+        if shape is not None and shape.hits >= _SHAPE_HITS:
+            shape.hits -= _SHAPE_HITS
+        elif self._shape_tries > 0:
+            self._shape_tries -= 1
+        else:
+            return
+        normalizer = self._normalizer
+        found = shape_of(data, normalizer.repeat, chunk, unchanged, normalizer.repeat_of(chunk))
+        if found is not None:
+            self._shape = found
 
     def _send(
         self, raw: bytes, data: bytes, event: str | None, id: str | None, value: Any, encode: Callable[[Any], bytes]

@@ -68,6 +68,8 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Literal
 
+from numi_mw.core import codec
+
 __all__ = [
     "DEFAULT_LOOKAHEAD_CHARS",
     "DEFAULT_SWITCH_CHARS",
@@ -224,6 +226,7 @@ class ThinkSplitter:
         "_state",
         "_switch",
         "_tables",
+        "_trigger_bytes",
         "_triggers",
         "_ws",
     )
@@ -245,6 +248,7 @@ class ThinkSplitter:
         if lookahead_chars < 0 or switch_chars < 0:
             raise ValueError("lookahead_chars and switch_chars must be >= 0")
         self._open_to_close, self._closes, self._tables, self._triggers = _tables(pairs, harmony)
+        self._trigger_bytes = tuple(codec.encode(trigger)[1:-1] for trigger in self._triggers)
         self._harmony = harmony
         self._start_in_reasoning = start_in_reasoning
         self._lookahead = lookahead_chars
@@ -370,6 +374,20 @@ class ThinkSplitter:
             if not echo.active:
                 self._update_direct()
         return out
+
+    def takes_whole(self, raw: bytes, kind: Kind) -> bool:
+        """Whether ``feed`` of the text whose JSON string contents are ``raw`` (as msgspec's encoder writes them,
+        ``shapes.canonical_text``) would give it back as one piece of ``kind`` and change nothing: the splitter reads
+        that kind with nothing held, and no character that may start a tag is in the text (each is in ``raw`` as
+        its encoder's bytes wherever it is in the text)."""
+        if self._direct != kind or self._pending:
+            return False
+        for trigger in self._trigger_bytes:  # (no generator: it runs once per chunk)
+            if trigger in raw:
+                break
+        else:
+            return True
+        return False
 
     def flush(self) -> list[Piece]:
         """End the stream: return the held-back text and reset the splitter.

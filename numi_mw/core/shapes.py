@@ -1,0 +1,164 @@
+"""A stream's repeated reasoning chunks, rewritten from their bytes (spec 004 "Streaming").
+
+The reasoning chunks of one stream mostly differ in their text alone: the same id, created time, model and keys,
+one text fragment after another. When ``ChunkNormalizer``'s fast path has rewritten such a chunk (a fragment that
+extends the open text detail: its ``delta.reasoning``, ``delta.reasoning_content`` or one ``reasoning.text`` entry),
+``shape_of`` cuts its bytes around the text into a ``ChunkShape``, and the encoded chunk that went out around the
+same text. A later chunk whose bytes are the same but for the text is then rewritten by joining those pieces around
+its text, without decoding or encoding it: the chunk the full path would send, byte for byte.
+
+That holds when the text's bytes are what msgspec's encoder writes for the string they decode to
+(``canonical_text``): replacing a JSON string's contents with other such contents changes no other token, so the
+chunk decodes to the same value with another text, which the fast path rewrites the same way while the choice's
+state is the same (``ChunkNormalizer.repeated`` checks it), and the encoder writes that text as its bytes.
+``shape_of`` checks its cuts by decoding the chunk with a marker in place of the text; a chunk any of this does not
+hold for takes the full path.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import msgspec
+
+from numi_mw.core import codec
+from numi_mw.core.chunks import CONTENT_TEXT, DETAIL_TEXT, PLAIN_TEXT, SHOWN_TEXT, THINK_CONTENT, THINK_TEXT, Repeat
+
+_KEYS: Final[dict[int, tuple[bytes, ...]]] = {
+    CONTENT_TEXT: (b'"reasoning_content":"',),
+    PLAIN_TEXT: (b'"reasoning":"',),
+    SHOWN_TEXT: (b'"reasoning":"', b'"text":"'),
+    DETAIL_TEXT: (b'"text":"',),
+    THINK_TEXT: (b'"content":"',),
+    THINK_CONTENT: (b'"content":"',),
+}
+"""Where the text of each kind stands in a chunk written without spaces (as every provider streams them)."""
+
+_UNSAFE = re.compile(rb'["\\\x00-\x1f]')
+"""A byte that may end a JSON string's contents or is not written as itself by msgspec's encoder."""
+_CANONICAL = re.compile(rb'(?:[^"\\\x00-\x1f]++|\\[\\"bfnrt])*+')
+"""JSON string contents as msgspec's encoder writes them: the two-character escapes it uses, nothing else. Possessive
+(``++``, ``*+``): a text it refuses is refused in one pass, where a nested ``+`` in ``*`` would try every way of
+cutting a run of plain characters, exponentially many."""
+
+_MARK: Final = "\x00"
+"""The text ``shape_of`` puts in a chunk's place to check its cuts: msgspec writes it as ``_MARK_BYTES``, a form
+``canonical_text`` refuses, so that no text a hit reads can be it."""
+_MARK_BYTES: Final = b"\\u0000"
+
+
+def canonical_text(raw: bytes) -> bool:
+    """Whether ``raw``, the bytes between a JSON string's quotes, are what msgspec's encoder writes for the string
+    they decode to: valid UTF-8 (no lone surrogate), no control character, no ``"`` but escaped, and no escape but
+    ``\\"``, ``\\\\``, ``\\b``, ``\\f``, ``\\n``, ``\\r`` and ``\\t``. Such bytes decode to one string and encode back
+    to themselves (RFC 8259, section 7)."""
+    if _UNSAFE.search(raw) is not None and _CANONICAL.fullmatch(raw) is None:
+        return False
+    return codec.is_utf8(raw)
+
+
+class ChunkShape:
+    """The bytes of a stream's reasoning chunk around its text, and the bytes that went out for it around the same
+    text; one per ``SSERewriter`` at a time.
+
+    ``prefix`` + text + ``suffix`` (or ``prefix`` + text + ``middle`` + text + ``suffix`` when the text stands twice)
+    is a chunk of this shape; ``out`` is what goes out for it, its pieces around the text (the text stands twice in
+    it), or ``None`` when the chunk goes out as it came.
+    """
+
+    __slots__ = ("hits", "middle", "out", "prefix", "repeat", "suffix")
+
+    def __init__(
+        self, prefix: bytes, middle: bytes | None, suffix: bytes, out: tuple[bytes, bytes, bytes] | None, repeat: Repeat
+    ) -> None:
+        self.prefix = prefix
+        self.middle = middle
+        self.suffix = suffix
+        self.out = out
+        self.repeat = repeat
+        self.hits = 0
+
+    def rewrite(self, data: bytes, raw: bytes) -> bytes | None:
+        """The bytes to send for the event ``raw``, one ``data`` line whose data is ``data``, when ``data`` has this
+        shape, its text is canonical (``canonical_text``) and the choice's state is the one this shape was cut in
+        (``ChunkNormalizer.repeated``, which counts the fragment as sent); else ``None``, and nothing changed."""
+        prefix = self.prefix
+        suffix = self.suffix
+        if not data.startswith(prefix) or not data.endswith(suffix):
+            return None
+        start = len(prefix)
+        end = len(data) - len(suffix)
+        middle = self.middle
+        if middle is None:
+            text = data[start:end]
+        else:
+            size = end - start - len(middle)
+            if size <= 0 or size & 1:
+                return None
+            half = size >> 1
+            text = data[start : start + half]
+            if not data.startswith(middle, start + half) or not data.startswith(text, end - half):
+                return None
+        if not text or not canonical_text(text) or not self.repeat.repeated(text):
+            return None
+        self.hits += 1
+        out = self.out
+        if out is None:
+            return raw
+        return out[0] + text + out[1] + text + out[2]
+
+
+def shape_of(data: bytes, kind: int, chunk: dict[str, Any], unchanged: bool, repeat: Repeat) -> ChunkShape | None:
+    """The shape of the chunk whose data ``data`` the fast path has just rewritten to ``chunk`` (the decoded chunk,
+    its ``delta.reasoning`` the text, or for ``THINK_CONTENT`` its ``delta.content``; ``unchanged``: it goes out as it
+    came), where ``kind`` says the text stood (``chunks.CONTENT_TEXT``, ``PLAIN_TEXT``, ``SHOWN_TEXT``,
+    ``DETAIL_TEXT``, ``THINK_TEXT``, ``THINK_CONTENT``); ``None`` when the text's bytes are not found once each
+    where ``kind`` puts them, or the cuts do not hold. ``repeat``: the choice's state, for ``ChunkShape.rewrite``."""
+    delta = chunk["choices"][0]["delta"]
+    text = codec.encode(delta["content"] if kind == THINK_CONTENT else delta["reasoning"])[1:-1]
+    starts = []
+    for key in _KEYS[kind]:
+        found = data.find(key + text + b'"')
+        if found < 0 or data.find(key + text + b'"', found + 1) >= 0:
+            return None
+        starts.append(found + len(key))
+    starts.sort()
+    first = starts[0]
+    prefix = data[:first]
+    middle = None
+    if len(starts) == 2:
+        middle = data[first + len(text) : starts[1]]
+        suffix = data[starts[1] + len(text) :]
+        marked = prefix + _MARK_BYTES + middle + _MARK_BYTES + suffix
+    else:
+        suffix = data[first + len(text) :]
+        marked = prefix + _MARK_BYTES + suffix
+    try:
+        found_value = codec.decoder.decode(marked)
+    except (msgspec.DecodeError, RecursionError):  # a cut outside a string
+        return None
+    expected = codec.decoder.decode(data)
+    fields = expected["choices"][0]["delta"]
+    if kind == CONTENT_TEXT:
+        fields["reasoning_content"] = _MARK
+    if kind in (THINK_TEXT, THINK_CONTENT):
+        fields["content"] = _MARK
+    if kind in (PLAIN_TEXT, SHOWN_TEXT):
+        fields["reasoning"] = _MARK
+    if kind in (SHOWN_TEXT, DETAIL_TEXT):
+        fields["reasoning_details"][0]["text"] = _MARK
+    if found_value != expected:
+        return None
+    out = None
+    if not unchanged:
+        choice = chunk["choices"][0]
+        details = delta["reasoning_details"]
+        marked_delta = {**delta, "reasoning": _MARK, "reasoning_details": [{**details[0], "text": _MARK}]}
+        pieces = (b"data: " + codec.encode({**chunk, "choices": [{**choice, "delta": marked_delta}]}) + b"\n\n").split(
+            _MARK_BYTES
+        )
+        if len(pieces) != 3:
+            return None
+        out = (pieces[0], pieces[1], pieces[2])
+    return ChunkShape(prefix, middle, suffix, out, repeat)

@@ -1,0 +1,251 @@
+"""A stream's repeated reasoning chunks rewritten from their bytes (``core.shapes``): the bytes the full path sends,
+exactly, for every stream; and the shape taken only where it holds."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks import payloads
+from numi_mw.core.response import ResponseOptions, SSERewriter
+from numi_mw.core.shapes import canonical_text
+from numi_mw.core.think import ThinkTags
+
+
+def rewriter(*, shapes: bool = True, exclude: bool = False, think: ThinkTags | None = None) -> SSERewriter:
+    out = SSERewriter(ResponseOptions(exclude=exclude, think=think))
+    if not shapes:
+        out._shape_tries = 0  # no try at a shape: every chunk takes the full path
+    return out
+
+
+def run(events: list[bytes], *, shapes: bool = True, **options: Any) -> tuple[list[bytes], SSERewriter]:
+    """Each event fed on its own, then ``finish``; the bytes sent for each, and the rewriter."""
+    rw = rewriter(shapes=shapes, **options)
+    return [rw.feed(event) for event in events] + [rw.finish()], rw
+
+
+def event(body: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+
+def deepseek(raw_text: str) -> bytes:
+    """A DeepSeek reasoning chunk whose ``reasoning_content`` is written as ``raw_text`` (JSON string contents)."""
+    return (
+        b'data: {"id":"d1","object":"chat.completion.chunk","created":1,"model":"deepseek-reasoner",'
+        b'"choices":[{"index":0,"delta":{"content":null,"reasoning_content":"' + raw_text.encode() + b'"},'
+        b'"logprobs":null,"finish_reason":null}]}\n\n'
+    )
+
+
+def test_canonical_text_refuses_a_long_text_in_one_pass() -> None:
+    # a run of plain characters before an escape msgspec does not write: the check may not try every cut of the run
+    assert canonical_text(b"a" * 100_000 + b"\\/") is False
+    assert canonical_text(b"ab\\n" * 30_000 + b'"') is False
+    assert canonical_text(b"ab\\n" * 30_000) is True
+
+
+@pytest.mark.parametrize(
+    ("raw", "canonical"),
+    [
+        (b"plain words ", True),
+        ("na\u00efve \u2028".encode(), True),
+        (b'line\\nnext \\"q\\" \\\\ \\t\\r\\b\\f', True),
+        (b"", True),
+        (b'a"b', False),  # ends the string
+        (b"a\\/b", False),  # msgspec writes "/" as itself
+        (b"caf\\u00e9", False),  # and "\u00e9" as its UTF-8
+        (b"\\u0000", False),
+        (b"tab\there", False),  # a raw control character is no JSON
+        (b"\\\\\\", False),  # an escaped backslash, then a lone one
+        (b"\\x", False),
+        (b"\xed\xa0\x80", False),  # a surrogate's UTF-8 form
+        (b"\xc3", False),  # a cut sequence
+    ],
+)
+def test_canonical_text_exact_values(raw: bytes, canonical: bool) -> None:
+    assert canonical_text(raw) is canonical
+
+
+def test_a_repeated_chunk_is_rewritten_from_its_bytes_exact_value() -> None:
+    texts = ["We", " need", " to", " add", " the", 'line\\nnext \\"q\\"', " done"]
+    events = [deepseek(text) for text in texts]
+    out, rw = run(events)
+    # the rewritten chunk of spec 004 "Streaming": reasoning_content becomes reasoning and a detail entry extending
+    # the open text detail (type, text and index only)
+    assert out[5] == (
+        b'data: {"id":"d1","object":"chat.completion.chunk","created":1,"model":"deepseek-reasoner",'
+        b'"choices":[{"index":0,"delta":{"content":null,"reasoning":"line\\nnext \\"q\\"","reasoning_details":'
+        b'[{"type":"reasoning.text","text":"line\\nnext \\"q\\"","index":0}]},"logprobs":null,"finish_reason":null}]}'
+        b"\n\n"
+    )
+    shape = rw._shape
+    assert shape is not None and shape.hits == 3  # the first opens the detail; the shape is cut at the fourth
+    assert out == run(events, shapes=False)[0]
+
+
+def test_reasoning_after_the_answer_reopens_as_the_full_path_does() -> None:
+    answer = (
+        b'data: {"id":"d1","object":"chat.completion.chunk","created":1,"model":"deepseek-reasoner",'
+        b'"choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}]}\n\n'
+    )
+    events = [deepseek(f"r{n}") for n in range(6)] + [answer] + [deepseek(f"s{n}") for n in range(3)]
+    out, rw = run([*events, b"data: [DONE]\n\n"])
+    full, general = run([*events, b"data: [DONE]\n\n"], shapes=False)
+    assert out == full
+    # the reasoning that came back after the answer is closed again before [DONE]
+    assert out[-2].startswith(b'data: {"id":"d1","object":"chat.completion.chunk","created":1,')
+    assert b'"delta":{"reasoning":null,"reasoning_details":[]}' in out[-2]
+    # two of the first reasoning's chunks, and two of the second's: the one that reopens it takes the full path
+    assert rw._shape is not None and rw._shape.hits == 2 + 2
+    # nine fragments, and the detail's held format sent on its own when the answer first closed the reasoning
+    assert rw._normalizer._choices[0].sent == general._normalizer._choices[0].sent == 10
+
+
+def test_the_closing_chunks_take_the_last_chunks_envelope() -> None:
+    later = deepseek("x").replace(b'"created":1', b'"created":2')
+    events = [deepseek(f"r{n}") for n in range(5)] + [later, deepseek("y")]
+    out, rw = run(events)
+    assert out == run(events, shapes=False)[0]
+    assert rw._shape is not None and rw._shape.hits == 2  # r4 and y
+    # the end closes the reasoning in chunks of the last chunk's envelope (created 1, as y's), not the one before
+    assert [json.loads(line[6:])["created"] for line in out[-1].split(b"\n\n") if line] == [1, 1]
+
+
+def test_a_text_the_shape_cannot_take_goes_through_the_full_path() -> None:
+    texts = ["a", "b", "c", "d", "caf\\u00e9", "e"]
+    events = [deepseek(text) for text in texts]
+    out, rw = run(events)
+    assert json.loads(out[4][6:])["choices"][0]["delta"]["reasoning"] == "caf\u00e9"
+    assert out[4].count("caf\u00e9".encode()) == 2  # written back by the encoder, as UTF-8
+    assert rw._shape is not None and rw._shape.hits == 1  # "e" only
+    assert out == run(events, shapes=False)[0]
+
+
+def test_a_stream_whose_chunks_never_repeat_tries_four_times() -> None:
+    events = [event({"id": f"c{n}", "choices": [{"index": 0, "delta": {"reasoning": "r"}}]}) for n in range(40)]
+    out, rw = run(events)
+    assert rw._shape_tries == 0
+    assert rw._shape is not None and rw._shape.hits == 0
+    assert out == run(events, shapes=False)[0]
+
+
+def _recorded() -> dict[str, list[bytes]]:
+    streams = {name: payloads.split_events(body) for name, body in payloads.fixture_streams().items()}
+    streams["spec_2000"] = payloads.spec_stream_events(2000)
+    for shape in payloads.LOCAL_SHAPES:
+        streams[f"local_{shape}"] = payloads.local_stream_events(400, shape)
+    return streams
+
+
+@pytest.mark.parametrize("think", [None, ThinkTags()], ids=["plain", "think"])
+@pytest.mark.parametrize("exclude", [False, True], ids=["shown", "excluded"])
+def test_recorded_and_benchmark_streams_are_sent_as_the_full_path_sends_them(
+    think: ThinkTags | None, exclude: bool
+) -> None:
+    streams = _recorded()
+    hits = 0
+    for name, events in streams.items():
+        out, rw = run(events, exclude=exclude, think=think)
+        assert out == run(events, shapes=False, exclude=exclude, think=think)[0], name
+        hits += rw._shape.hits if rw._shape is not None else 0
+    # the long streams take shapes; with exclude no reasoning chunk has one, and only content a splitter reads does
+    assert (hits > 1000) is (not exclude or think is not None)
+
+
+_PIECES = st.sampled_from(
+    [
+        "word ",
+        "x",
+        "na\u00efve",
+        'q"q',
+        "back\\slash",
+        "nl\n",
+        "\t",
+        "\x00",
+        "\u2028",
+        "/",
+        "<",
+        "<think>",
+        "</think>",
+        "</",
+        "<|channel|>",
+        "d1",
+        "reasoning",
+        '","reasoning_details":[{"type":"reasoning.text","text":"',
+        "\U0001f600",
+    ]
+)
+_TEXT = st.lists(_PIECES, max_size=3).map("".join)
+
+
+_KINDS = st.sampled_from(["content", "reasoning", "details", "shown", "tagged", "other", "finish"])
+
+
+@st.composite
+def _streams(draw: st.DrawFn) -> list[bytes]:
+    events = []
+    envelope = {"id": "d1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    runs = draw(st.lists(st.tuples(_KINDS, st.integers(1, 20)), min_size=1, max_size=6))
+    for kind in [kind for kind, size in runs for _ in range(size)]:  # runs of one kind, as streams have them
+        text = draw(_TEXT)
+        delta: dict[str, Any]
+        if kind == "content":
+            delta = {"content": None, "reasoning_content": text}
+        elif kind == "reasoning":
+            delta = {"reasoning": text, "channel": "analysis"}
+        elif kind == "details":
+            entry = {
+                "type": "reasoning.text",
+                "text": text,
+                **draw(st.sampled_from([{}, {"index": 0}, {"format": "f"}])),
+            }
+            delta = {"reasoning": draw(st.sampled_from([None, ""])), "reasoning_details": [entry]}
+        elif kind == "shown":
+            other = draw(st.sampled_from([text, text, "other"]))
+            delta = {"reasoning": text, "reasoning_details": [{"type": "reasoning.text", "text": other}]}
+        elif kind == "tagged":
+            delta = {"content": text}
+        elif kind == "other":
+            delta = draw(st.sampled_from([{"content": "answer"}, {"role": "assistant"}, {}]))
+        else:
+            delta = {}
+        if draw(st.integers(0, 9)) == 0:
+            envelope = {**envelope, "created": draw(st.integers(1, 3))}
+        body = {
+            **envelope,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": "stop" if kind == "finish" else None}],
+        }
+        raw = event(body)
+        if draw(st.integers(0, 9)) == 0:  # written with other bytes: spaces, an escape, another framing
+            raw = draw(
+                st.sampled_from(
+                    [
+                        raw.replace(b'":"', b'": "'),
+                        raw.replace(b"\xc3\xaf", b"\\u00ef"),
+                        b"data:" + raw[5:],
+                        raw.replace(b"\n\n", b"\r\n\r\n"),
+                        b"id: 7\n" + raw,
+                    ]
+                )
+            )
+        events.append(raw)
+    return [*events, b"data: [DONE]\n\n"]
+
+
+@pytest.mark.parametrize("think", [None, ThinkTags()], ids=["plain", "think"])
+@settings(max_examples=300, deadline=None)
+@given(events=_streams(), cuts=st.lists(st.integers(0, 20_000), max_size=4))
+def test_any_stream_is_sent_as_the_full_path_sends_it(
+    think: ThinkTags | None, events: list[bytes], cuts: list[int]
+) -> None:
+    assert run(events, think=think)[0] == run(events, shapes=False, think=think)[0]
+    body = b"".join(events)
+    bounds = [0, *sorted(min(cut, len(body)) for cut in cuts), len(body)]
+    pieces = [body[a:b] for a, b in itertools.pairwise(bounds)]
+    assert b"".join(run(pieces, think=think)[0]) == b"".join(run(pieces, shapes=False, think=think)[0])
