@@ -249,3 +249,26 @@ def test_any_stream_is_sent_as_the_full_path_sends_it(
     bounds = [0, *sorted(min(cut, len(body)) for cut in cuts), len(body)]
     pieces = [body[a:b] for a, b in itertools.pairwise(bounds)]
     assert b"".join(run(pieces, think=think)[0]) == b"".join(run(pieces, shapes=False, think=think)[0])
+
+
+def test_a_chunk_only_the_fallback_reads_leaves_no_shape_behind() -> None:
+    # an emoji cut into two escapes (lone surrogates: the standard library reads them, msgspec does not), then the
+    # answer: the answer's chunk may not be taken for a reasoning chunk the fast path rewrote
+    events = [deepseek(t) for t in ("Let", " me", " think", "\\ud83d", "\\ude00")]
+    events.append(
+        deepseek("x").replace(b'"content":null,"reasoning_content":"x"', b'"content":"Hi","reasoning_content":null')
+    )
+    out, _ = run(events)
+    assert out == run(events, shapes=False)[0]
+    last = out[5].split(b"\n\n")[-2]  # after the chunks that close the reasoning
+    assert json.loads(last[6:])["choices"][0]["delta"] == {"content": "Hi"}
+
+
+def test_a_text_written_as_the_marker_cuts_no_shape() -> None:
+    # the text "\u0000" is the marker's own bytes: a cut at the overridden duplicate key would pass the check
+    chunk = b'data: {"id":"a","choices":[{"index":0,"delta":{"reasoning":"%s","reasoning": "\\u0000"}}]}\n\n'
+    events = [chunk % b"\\u0000"] * 4 + [chunk % b"HELLO"]
+    out, rw = run(events)
+    assert out == run(events, shapes=False)[0]
+    assert b"HELLO" not in out[4]  # the key that counts is the second, still "\u0000"
+    assert rw._shape is None

@@ -417,6 +417,7 @@ class SSERewriter:
         usage = self._usage
         accounted = usage is not None and account_completion(value, usage)
         chunks = self._normalizer.normalize(value)
+        self._normalizer.repeat = 0  # no shape from a chunk only the fallback read: the next one must not see it
         if chunks is UNCHANGED:
             if not accounted:
                 return raw

@@ -117,6 +117,8 @@ def shape_of(data: bytes, kind: int, chunk: dict[str, Any], unchanged: bool, rep
     where ``kind`` puts them, or the cuts do not hold. ``repeat``: the choice's state, for ``ChunkShape.rewrite``."""
     delta = chunk["choices"][0]["delta"]
     text = codec.encode(delta["content"] if kind == THINK_CONTENT else delta["reasoning"])[1:-1]
+    if not canonical_text(text):  # its bytes hold no escape the marker could be, so the check below means something
+        return None
     starts = []
     for key in _KEYS[kind]:
         found = data.find(key + text + b'"')
