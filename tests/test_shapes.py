@@ -272,3 +272,50 @@ def test_a_text_written_as_the_marker_cuts_no_shape() -> None:
     assert out == run(events, shapes=False)[0]
     assert b"HELLO" not in out[4]  # the key that counts is the second, still "\u0000"
     assert rw._shape is None
+
+
+def test_a_run_of_one_shape_is_cut_without_the_decoder_only_at_an_event_boundary() -> None:
+    events = [deepseek(f"r{n}") for n in range(8)]
+    held = b'data: {"id":"d1",'  # half an event: the next chunk's bytes continue it
+    # one chunk of a whole event of the shape and the start of the next
+    stream = [*events, deepseek("r8") + held, deepseek("s"), b"\n\n", deepseek("t")]
+    out, rw = run(stream)
+    assert out == run(stream, shapes=False)[0]
+    # r4..r8 go by the shape; "s" completes the held event, which is no JSON: it goes as it came, the held bytes
+    # first, and is no hit; the blank line goes as it came; "t" is one again
+    assert out[8] == deepseek("r8").replace(
+        b'"reasoning_content":"r8"',
+        b'"reasoning":"r8","reasoning_details":[{"type":"reasoning.text","text":"r8","index":0}]',
+    )
+    assert out[9] == held + deepseek("s")
+    assert out[10] == b"\n\n"
+    assert rw._shape is not None and rw._shape.hits == 5 + 1
+    assert rw._lead is rw._shape  # the run goes on: the next chunk is tried by the shape first
+
+
+def test_a_shape_takes_no_event_over_the_event_limit() -> None:
+    from numi_mw.core.errors import ApiError
+    from numi_mw.core.structs import Bounds
+
+    events = [deepseek(f"r{n}") for n in range(8)]
+    limit = len(events[0]) + 10
+    for shapes in (True, False):
+        rw = SSERewriter(ResponseOptions(bounds=Bounds(max_event_bytes=limit)))
+        if not shapes:
+            rw._shape_tries = 0
+        sent = [rw.feed(e) for e in events]
+        assert (rw._lead is not None) is shapes
+        with pytest.raises(ApiError) as raised:
+            rw.feed(deepseek("a long fragment past the limit"))
+        assert raised.value.status == 502
+        assert sent == run(events, shapes=False)[0][:-1]
+
+
+def test_an_event_the_shape_does_not_fit_ends_the_run() -> None:
+    answer = deepseek("x").replace(
+        b'"content":null,"reasoning_content":"x"', b'"content":"Hi","reasoning_content":null'
+    )
+    events = [*(deepseek(f"r{n}") for n in range(8)), answer, answer]
+    out, rw = run(events)
+    assert out == run(events, shapes=False)[0]
+    assert rw._lead is None and rw._shape is not None and rw._shape.hits == 4

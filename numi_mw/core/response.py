@@ -236,6 +236,7 @@ class SSERewriter:
         "_decoder",
         "_done",
         "_head",
+        "_lead",
         "_normalizer",
         "_prefilter",
         "_repeats",
@@ -259,6 +260,8 @@ class SSERewriter:
         self._shape: ChunkShape | None = None
         self._shape_tries = _SHAPE_TRIES
         self._repeats = 0
+        # the shape, while it rewrote the last event: tried on the next chunk before the decoder (``feed``)
+        self._lead: ChunkShape | None = None
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the next bytes of the upstream body; return the bytes to send now.
@@ -268,6 +271,12 @@ class SSERewriter:
                 (``errors.event_too_large``); the shell ends the stream with ``fail(error)``, which sends the
                 events completed before it.
         """
+        lead = self._lead
+        if lead is not None:  # a run of one shape: its events cut by the shape alone, no SSE split, no prefilter
+            out = lead.rewrite(chunk) if self._decoder.takes_whole(chunk) else None
+            if out is not None:
+                return out
+            self._lead = None
         data = self._decoder.single_data(chunk)
         if data is not None:
             return self._data(chunk, data, None, None)
@@ -361,8 +370,9 @@ class SSERewriter:
         shape = self._shape
         one_line = len(raw) - len(data) <= _ONE_DATA_LINE
         if shape is not None and one_line:
-            out = shape.rewrite(data, raw)
+            out = shape.rewrite(raw)
             if out is not None:
+                self._lead = shape
                 return out
         try:  # msgspec inline, not codec.decode_with_encoder: this runs once per event
             value = _decode(data)
@@ -409,6 +419,7 @@ class SSERewriter:
         found = shape_of(data, normalizer.repeat, chunk, unchanged, normalizer.repeat_of(chunk))
         if found is not None:
             self._shape = found
+            self._lead = None
 
     def _send(
         self, raw: bytes, data: bytes, event: str | None, id: str | None, value: Any, encode: Callable[[Any], bytes]

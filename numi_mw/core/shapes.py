@@ -55,16 +55,18 @@ def canonical_text(raw: bytes) -> bool:
     to themselves (RFC 8259, section 7)."""
     if _UNSAFE.search(raw) is not None and _CANONICAL.fullmatch(raw) is None:
         return False
-    return codec.is_utf8(raw)
+    return raw.isascii() or codec.is_utf8(raw)
 
 
 class ChunkShape:
-    """The bytes of a stream's reasoning chunk around its text, and the bytes that went out for it around the same
+    """The bytes of a stream's reasoning event around its text, and the bytes that went out for it around the same
     text; one per ``SSERewriter`` at a time.
 
     ``prefix`` + text + ``suffix`` (or ``prefix`` + text + ``middle`` + text + ``suffix`` when the text stands twice)
-    is a chunk of this shape; ``out`` is what goes out for it, its pieces around the text (the text stands twice in
-    it), or ``None`` when the chunk goes out as it came.
+    is an event of this shape: one ``data: `` line and its blank line, the framing every provider streams (an event
+    framed otherwise, ``data:`` without its space or ``\\r\\n`` line ends, takes the full path). ``out`` is what goes
+    out for it, its pieces around the text (the text stands twice in it), or ``None`` when the event goes out as it
+    came.
     """
 
     __slots__ = ("hits", "middle", "out", "prefix", "repeat", "suffix")
@@ -79,26 +81,29 @@ class ChunkShape:
         self.repeat = repeat
         self.hits = 0
 
-    def rewrite(self, data: bytes, raw: bytes) -> bytes | None:
-        """The bytes to send for the event ``raw``, one ``data`` line whose data is ``data``, when ``data`` has this
-        shape, its text is canonical (``canonical_text``) and the choice's state is the one this shape was cut in
-        (``ChunkNormalizer.repeated``, which counts the fragment as sent); else ``None``, and nothing changed."""
+    def rewrite(self, raw: bytes) -> bytes | None:
+        """The bytes to send for the event ``raw`` (its bytes, blank line included) when it has this shape, its text
+        is canonical (``canonical_text``) and the choice's state is the one this shape was cut in
+        (``ChunkNormalizer.repeated``, which counts the fragment as sent); else ``None``, and nothing changed.
+
+        Such an event is one whole event of one ``data: `` line: the text holds no line end (a canonical text has no
+        control character) and neither do the pieces around it, cut from one data line."""
         prefix = self.prefix
         suffix = self.suffix
-        if not data.startswith(prefix) or not data.endswith(suffix):
+        if not raw.startswith(prefix) or not raw.endswith(suffix):
             return None
         start = len(prefix)
-        end = len(data) - len(suffix)
+        end = len(raw) - len(suffix)
         middle = self.middle
         if middle is None:
-            text = data[start:end]
+            text = raw[start:end]
         else:
             size = end - start - len(middle)
             if size <= 0 or size & 1:
                 return None
             half = size >> 1
-            text = data[start : start + half]
-            if not data.startswith(middle, start + half) or not data.startswith(text, end - half):
+            text = raw[start : start + half]
+            if not raw.startswith(middle, start + half) or not raw.startswith(text, end - half):
                 return None
         if not text or not canonical_text(text) or not self.repeat.repeated(text):
             return None
@@ -106,7 +111,7 @@ class ChunkShape:
         out = self.out
         if out is None:
             return raw
-        return out[0] + text + out[1] + text + out[2]
+        return b"".join((out[0], text, out[1], text, out[2]))
 
 
 def shape_of(data: bytes, kind: int, chunk: dict[str, Any], unchanged: bool, repeat: Repeat) -> ChunkShape | None:
@@ -163,4 +168,4 @@ def shape_of(data: bytes, kind: int, chunk: dict[str, Any], unchanged: bool, rep
         if len(pieces) != 3:
             return None
         out = (pieces[0], pieces[1], pieces[2])
-    return ChunkShape(prefix, middle, suffix, out, repeat)
+    return ChunkShape(b"data: " + prefix, middle, suffix + b"\n\n", out, repeat)
