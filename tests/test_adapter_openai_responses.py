@@ -26,6 +26,7 @@ from numi_mw.core.chunks import ChunkNormalizer
 from numi_mw.core.controls import NO_CONTROLS, ReasoningControls
 from numi_mw.core.details import rebuild_reasoning_details
 from numi_mw.core.errors import ApiError
+from numi_mw.core.response import NativeSSERewriter, ResponseOptions
 from numi_mw.core.sse import SSEDecoder
 
 FIXTURES = "fixtures/openai-responses"
@@ -1552,3 +1553,25 @@ def test_instructions_and_max_output_tokens_pass_unless_the_chat_form_wrote_them
     )
     assert (both.body["instructions"], both.body["max_output_tokens"]) == ("Be brief.", 50)
     assert both.adjustments == ["parameters-dropped=instructions+max_output_tokens"]
+
+
+def test_a_delta_only_the_standard_library_reads_goes_out_as_it_came() -> None:
+    # half an emoji: a lone surrogate escape msgspec refuses; the fallback reads it and writes it back as it came,
+    # on the event that opens the answer (two chunks: the role, then the text) and on one chunk alone
+    rewriter = NativeSSERewriter(ResponseOptions(wire_api="openai-responses", answer=Answer()), ADAPTER)
+
+    def delta(text: str, n: int) -> bytes:
+        return (
+            b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"m1",'
+            b'"output_index":0,"content_index":0,"delta":"' + text.encode() + b'","sequence_number":%d}\n\n' % n
+        )
+
+    head = b'data: {"id":null,"object":"chat.completion.chunk","created":0,"model":null,"choices":[{"index":0,'
+    assert rewriter.feed(delta("\\ud83d", 1)) == (
+        head
+        + b'"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+        + head
+        + b'"delta":{"content":"\\ud83d"},"finish_reason":null}]}\n\n'
+    )
+    assert rewriter.feed(delta("\\ude00!", 2)) == head + b'"delta":{"content":"\\ude00!"},"finish_reason":null}]}\n\n'
+    assert rewriter.feed(delta("ok", 3)) == head + b'"delta":{"content":"ok"},"finish_reason":null}]}\n\n'

@@ -492,7 +492,7 @@ class ChunkNormalizer:
             if type(fragment) is not dict:
                 return _SLOW
             if fragment.get("type") == "reasoning.summary":
-                return self._fast_summary(data, choice, delta, fragment, reasoning)
+                return self._fast_summary(data, index, delta, fragment, reasoning)
             if fragment.get("type") != "reasoning.text" or "signature" in fragment:
                 return _SLOW
             text = fragment.get("text")
@@ -553,14 +553,14 @@ class ChunkNormalizer:
         return _SLOW
 
     def _fast_summary(
-        self, data: dict[str, Any], choice: dict[str, Any], delta: dict[str, Any], fragment: dict[str, Any], shown: Any
+        self, data: dict[str, Any], index: int, delta: dict[str, Any], fragment: dict[str, Any], shown: Any
     ) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
         """``_fast`` for one ``reasoning.summary`` fragment beside ``reasoning`` of the same text (a translated
         Responses stream's summary deltas): rule 4 makes it a detail of its own, so only its ``index`` is set."""
-        summary = fragment.get("summary", fragment.get("text"))
+        summary = fragment["summary"] if "summary" in fragment else fragment.get("text")
         if type(shown) is not str or not shown or summary != shown:
             return _SLOW
-        state = self._choices[choice.get("index", 0)]
+        state = self._choices[index]
         if state.held is not None or state.opener is not None:
             return _SLOW
         rebuilder = state.rebuilder

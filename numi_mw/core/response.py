@@ -561,6 +561,18 @@ def normalize_completion_body(body: bytes, options: ResponseOptions) -> bytes:
     return encode(value) if changed else body
 
 
+def _events_of(chunks: list[dict[str, Any]]) -> bytes:
+    """The SSE events of translated ``chunks``, one ``data:`` line each; a chunk holding a lone surrogate (only the
+    standard library's fallback read it) written by the fallback."""
+    out: list[bytes] = []
+    for chunk in chunks:
+        try:
+            out.append(b"data: " + _encode(chunk) + b"\n\n")
+        except UnicodeEncodeError:
+            out.append(b"data: " + codec.encode_fallback(chunk) + b"\n\n")
+    return b"".join(out)
+
+
 class NativeSSERewriter:
     """Translate one stream of a native wire API into chat completion chunks (spec 004 "Streaming"); one per
     response.
@@ -659,19 +671,26 @@ class NativeSSERewriter:
     def _send(self, chunks: list[dict[str, Any]]) -> bytes:
         if self._head is None and chunks:
             self._head = chunks[0]
-        out: list[bytes] = []
         normalize = self._normalizer.normalize
         usage = self.options.usage
+        if len(chunks) == 1 and usage is None:  # one chunk for the event, as most events make, written inline
+            chunk = chunks[0]
+            normalized = normalize(chunk)
+            if normalized is not UNCHANGED:
+                if len(normalized) != 1:
+                    return _events_of(normalized)
+                chunk = normalized[0]
+            try:
+                return b"data: " + _encode(chunk) + b"\n\n"
+            except UnicodeEncodeError:  # a lone surrogate only the fallback could read
+                return b"data: " + codec.encode_fallback(chunk) + b"\n\n"
+        out: list[bytes] = []
         for chunk in chunks:
             if usage is not None:
                 account_completion(chunk, usage)
             normalized = normalize(chunk)
-            for item in (chunk,) if normalized is UNCHANGED else normalized:
-                try:
-                    out.append(b"data: " + _encode(item) + b"\n\n")
-                except UnicodeEncodeError:  # a lone surrogate only the fallback could read
-                    out.append(b"data: " + codec.encode_fallback(item) + b"\n\n")
-        return out[0] if len(out) == 1 else b"".join(out)
+            out.append(_events_of([chunk] if normalized is UNCHANGED else normalized))
+        return b"".join(out)
 
     def _closing_chunks(self) -> bytes:
         self._done = True

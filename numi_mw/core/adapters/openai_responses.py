@@ -887,6 +887,9 @@ class StreamTranslator(ChunkStream):
         if not isinstance(data, dict) or self.done:
             return []
         kind = data.get("type")
+        out = self._dispatch(kind, data)  # first: the deltas, most of a stream's events
+        if out:
+            return out if self._started else self._begin() + out
         if kind in ("response.created", "response.in_progress", "response.queued"):
             response = data.get("response")
             if isinstance(response, dict) and not self._started:
@@ -898,9 +901,6 @@ class StreamTranslator(ChunkStream):
         if kind == "response.failed":
             response = data.get("response")
             raise _failure(response.get("error") if isinstance(response, dict) else None, "a failed response")
-        out = self._dispatch(kind, data)
-        if out and not self._started:
-            out = self._begin() + out
         return out
 
     def _begin(self) -> list[dict[str, Any]]:
