@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks import payloads
+from numi_mw.core import chunks
 from numi_mw.core.response import ResponseOptions, SSERewriter
 from numi_mw.core.shapes import canonical_text
 from numi_mw.core.think import ThinkTags
@@ -154,8 +155,9 @@ def test_recorded_and_benchmark_streams_are_sent_as_the_full_path_sends_them(
         out, rw = run(events, exclude=exclude, think=think)
         assert out == run(events, shapes=False, exclude=exclude, think=think)[0], name
         hits += rw._shape.hits if rw._shape is not None else 0
-    # the long streams take shapes; with exclude no reasoning chunk has one, and only content a splitter reads does
-    assert (hits > 1000) is (not exclude or think is not None)
+    # the long streams take shapes, their reasoning shown or taken out (with think splitting and exclude, the
+    # content the splitter reads)
+    assert hits > 1000
 
 
 _PIECES = st.sampled_from(
@@ -239,16 +241,19 @@ def _streams(draw: st.DrawFn) -> list[bytes]:
 
 
 @pytest.mark.parametrize("think", [None, ThinkTags()], ids=["plain", "think"])
+@pytest.mark.parametrize("exclude", [False, True], ids=["shown", "excluded"])
 @settings(max_examples=300, deadline=None)
 @given(events=_streams(), cuts=st.lists(st.integers(0, 20_000), max_size=4))
 def test_any_stream_is_sent_as_the_full_path_sends_it(
-    think: ThinkTags | None, events: list[bytes], cuts: list[int]
+    think: ThinkTags | None, exclude: bool, events: list[bytes], cuts: list[int]
 ) -> None:
-    assert run(events, think=think)[0] == run(events, shapes=False, think=think)[0]
+    assert run(events, think=think, exclude=exclude)[0] == run(events, shapes=False, think=think, exclude=exclude)[0]
     body = b"".join(events)
     bounds = [0, *sorted(min(cut, len(body)) for cut in cuts), len(body)]
     pieces = [body[a:b] for a, b in itertools.pairwise(bounds)]
-    assert b"".join(run(pieces, think=think)[0]) == b"".join(run(pieces, shapes=False, think=think)[0])
+    assert b"".join(run(pieces, think=think, exclude=exclude)[0]) == b"".join(
+        run(pieces, shapes=False, think=think, exclude=exclude)[0]
+    )
 
 
 def test_a_chunk_only_the_fallback_reads_leaves_no_shape_behind() -> None:
@@ -319,3 +324,53 @@ def test_an_event_the_shape_does_not_fit_ends_the_run() -> None:
     out, rw = run(events)
     assert out == run(events, shapes=False)[0]
     assert rw._lead is None and rw._shape is not None and rw._shape.hits == 4
+
+
+def test_excluded_reasoning_chunks_go_as_the_full_path_sends_them_exact_values() -> None:
+    # spec 004 "Streaming": with exclude no reasoning goes out; a chunk left with nothing is dropped, one with other
+    # fields keeps them
+    events = [deepseek(f"r{n}") for n in range(8)]
+    out, rw = run(events, exclude=True)
+    assert out == [b""] * 9
+    # r4..r7: the first chunk taken out is not counted, as the one that opens a shown detail is not
+    assert rw._shape is not None and rw._shape.hits == 4
+    groq = [
+        b'data: {"id":"g","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        b'"delta":{"reasoning":"%s","channel":"analysis"},"logprobs":null,"finish_reason":null}]}\n\n' % text
+        for text in (b"We", b" need", b" to", b" call", b" the", b' \\"x\\"', b" tool")
+    ]
+    out, rw = run(groq, exclude=True)
+    kept = (
+        b'data: {"id":"g","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        b'"delta":{"channel":"analysis"},"logprobs":null,"finish_reason":null}]}\n\n'
+    )
+    assert out == [kept] * 7 + [b""]
+    assert rw._shape is not None and rw._shape.hits == 3  # the last three, an escaped quote among them
+    assert out == run(groq, shapes=False, exclude=True)[0]
+
+
+@pytest.mark.parametrize(
+    ("delta", "kind"),
+    [
+        ({"content": None, "reasoning_content": "r"}, "CONTENT_TEXT"),
+        ({"reasoning": "r", "channel": "analysis"}, "PLAIN_TEXT"),
+        ({"reasoning": "r", "reasoning_details": [{"type": "reasoning.text", "text": "r"}]}, "SHOWN_TEXT"),
+        (
+            {"reasoning": None, "reasoning_details": [{"type": "reasoning.text", "text": "r", "index": 0}]},
+            "DETAIL_TEXT",
+        ),
+        ({"reasoning_details": [{"type": "reasoning.text", "text": "r"}]}, "DETAIL_TEXT"),
+        ({"reasoning": "r", "reasoning_details": [{"type": "reasoning.text", "text": "s"}]}, None),
+        ({"reasoning": "r", "reasoning_content": "r"}, None),
+        ({"reasoning_details": [{"type": "reasoning.encrypted", "data": "e"}]}, None),
+        ({"reasoning": "", "content": "a"}, None),
+        (
+            {"reasoning_details": [{"type": "reasoning.text", "text": "r"}, {"type": "reasoning.text", "text": "s"}]},
+            None,
+        ),
+    ],
+)
+def test_where_an_excluded_fragment_stands(delta: dict[str, Any], kind: str | None) -> None:
+    normalizer = chunks.ChunkNormalizer(exclude=True)
+    normalizer.normalize({"id": "a", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+    assert normalizer.repeat == (getattr(chunks, kind) if kind is not None else 0)

@@ -258,6 +258,31 @@ THINK_CONTENT: Final = 6
 open: the chunk went as it came."""
 
 
+def _excluded_text(delta: dict[str, Any], fields: int) -> int:
+    """Where the one reasoning text fragment of ``delta`` stands, whose ``fields`` reasoning fields
+    ``_fast_exclude`` took out (``CONTENT_TEXT``, ``PLAIN_TEXT``, ``SHOWN_TEXT``, ``DETAIL_TEXT``, as the fast path
+    of shown reasoning names them); ``0`` when they hold anything else. What goes out for such a chunk does not
+    depend on the text (``ExcludedRepeat``)."""
+    reasoning = delta.get("reasoning")
+    details = delta.get("reasoning_details")
+    text = None
+    if type(details) is list and len(details) == 1:
+        entry = details[0]
+        if type(entry) is dict and entry.get("type") == "reasoning.text":
+            text = entry.get("text")
+    if fields == 1:
+        if type(delta.get("reasoning_content")) is str and delta["reasoning_content"]:
+            return CONTENT_TEXT
+        if type(reasoning) is str and reasoning:
+            return PLAIN_TEXT
+        return DETAIL_TEXT if type(text) is str and text else 0
+    if fields == 2 and "reasoning_content" not in delta and type(text) is str and text:
+        if reasoning == text:
+            return SHOWN_TEXT
+        return DETAIL_TEXT if reasoning is None or reasoning == "" else 0
+    return 0
+
+
 class Repeat:
     """The state of one choice in which ``ChunkNormalizer``'s fast path rewrote a fragment that extends its open text
     detail (at position ``pos``), for a chunk of the same bytes but its text (``shapes.ChunkShape``): the fast path
@@ -301,6 +326,19 @@ class Repeat:
         return True
 
 
+class ExcludedRepeat(Repeat):
+    """``Repeat`` for a fragment ``ChunkNormalizer._fast_exclude`` took out: what goes out for a chunk of the same
+    bytes but its text does not depend on the choice's state or the text (its reasoning fields are taken out,
+    whatever they hold); the chunk's envelope becomes the last one."""
+
+    __slots__ = ()
+
+    def repeated(self, text: bytes) -> bool:
+        """``True``: the fast path takes the fragment out as it did; the chunk's envelope is the last one."""
+        self.normalizer._envelope = self.envelope
+        return True
+
+
 class ChunkNormalizer:
     """Normalize the chunks of one chat completions stream (spec 004 "Streaming").
 
@@ -326,6 +364,8 @@ class ChunkNormalizer:
         """The state of the one choice of ``chunk``, the chunk just normalized, for ``Repeat``."""
         state = self._choices[chunk["choices"][0].get("index", 0)]
         kind = self.repeat
+        if self.exclude and kind not in (THINK_TEXT, THINK_CONTENT):
+            return ExcludedRepeat(self, state, -1, chunk)
         splitter = state.splitter if kind in (THINK_TEXT, THINK_CONTENT) else None
         return Repeat(self, state, -1 if kind == THINK_CONTENT else state.rebuilder.open_text, chunk, splitter)
 
@@ -394,6 +434,7 @@ class ChunkNormalizer:
         rest = {key: value for key, value in delta.items() if key not in _REASONING_KEYS}
         if len(rest) == len(delta):  # no reasoning field
             return UNCHANGED
+        self.repeat = _excluded_text(delta, len(delta) - len(rest))
         if rest:
             kept = _unless_emptied({**choice, "delta": rest})
             if kept is not None:

@@ -259,7 +259,9 @@ class SSERewriter:
         # chunks the full path took that had one since the last try
         self._shape: ChunkShape | None = None
         self._shape_tries = _SHAPE_TRIES
-        self._repeats = 0
+        # with reasoning shown the fragment that opens the detail is no repeat: the first one taken out is not
+        # counted either, so that a stream's first try comes at the same fragment (its fourth) with exclude
+        self._repeats = -1 if options.exclude and options.think is None else 0
         # the shape, while it rewrote the last event: tried on the next chunk before the decoder (``feed``)
         self._lead: ChunkShape | None = None
 
@@ -386,7 +388,7 @@ class SSERewriter:
         chunks = normalizer.normalize(value)
         if normalizer.repeat:
             if one_line and not accounted:
-                self._reshape(data, value, chunks is UNCHANGED)
+                self._reshape(data, value, chunks)
             normalizer.repeat = 0
         if chunks is UNCHANGED:
             if not accounted:
@@ -399,8 +401,9 @@ class SSERewriter:
                 return b"data: " + codec.encode_lenient(chunks[0]) + b"\n\n"
         return self._frame_chunks(raw, data, event, id, value, chunks, accounted, _encode)
 
-    def _reshape(self, data: bytes, chunk: dict[str, Any], unchanged: bool) -> None:
-        """Cut the shape of the reasoning chunk whose data ``data`` the fast path just rewrote to ``chunk``
+    def _reshape(self, data: bytes, chunk: dict[str, Any], sent: list[dict[str, Any]] | None) -> None:
+        """Cut the shape of the reasoning chunk whose data ``data`` the fast path just rewrote to ``chunk`` (``sent``:
+        what went out for it, ``None`` for the chunk as it came)
         (``shapes.shape_of``), on every ``_SHAPE_AFTER``-th such chunk the full path takes, while tries are left:
         ``_SHAPE_TRIES``, and one more for every ``_SHAPE_HITS`` chunks a shape rewrote. A try that finds no shape
         keeps the one before."""
@@ -416,7 +419,7 @@ class SSERewriter:
         else:
             return
         normalizer = self._normalizer
-        found = shape_of(data, normalizer.repeat, chunk, unchanged, normalizer.repeat_of(chunk))
+        found = shape_of(data, normalizer.repeat, chunk, sent, normalizer.repeat_of(chunk))
         if found is not None:
             self._shape = found
             self._lead = None

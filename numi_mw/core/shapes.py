@@ -5,7 +5,9 @@ one text fragment after another. When ``ChunkNormalizer``'s fast path has rewrit
 extends the open text detail: its ``delta.reasoning``, ``delta.reasoning_content`` or one ``reasoning.text`` entry),
 ``shape_of`` cuts its bytes around the text into a ``ChunkShape``, and the encoded chunk that went out around the
 same text. A later chunk whose bytes are the same but for the text is then rewritten by joining those pieces around
-its text, without decoding or encoding it: the chunk the full path would send, byte for byte.
+its text, without decoding or encoding it: the chunk the full path would send, byte for byte. With ``exclude`` the
+fast path takes such a fragment out, and what goes out for the chunk holds no text: the same bytes (or none) for
+every chunk of its shape.
 
 That holds when the text's bytes are what msgspec's encoder writes for the string they decode to
 (``canonical_text``): replacing a JSON string's contents with other such contents changes no other token, so the
@@ -23,7 +25,16 @@ from typing import Any, Final
 import msgspec
 
 from numi_mw.core import codec
-from numi_mw.core.chunks import CONTENT_TEXT, DETAIL_TEXT, PLAIN_TEXT, SHOWN_TEXT, THINK_CONTENT, THINK_TEXT, Repeat
+from numi_mw.core.chunks import (
+    CONTENT_TEXT,
+    DETAIL_TEXT,
+    PLAIN_TEXT,
+    SHOWN_TEXT,
+    THINK_CONTENT,
+    THINK_TEXT,
+    ExcludedRepeat,
+    Repeat,
+)
 
 _KEYS: Final[dict[int, tuple[bytes, ...]]] = {
     CONTENT_TEXT: (b'"reasoning_content":"',),
@@ -65,14 +76,20 @@ class ChunkShape:
     ``prefix`` + text + ``suffix`` (or ``prefix`` + text + ``middle`` + text + ``suffix`` when the text stands twice)
     is an event of this shape: one ``data: `` line and its blank line, the framing every provider streams (an event
     framed otherwise, ``data:`` without its space or ``\\r\\n`` line ends, takes the full path). ``out`` is what goes
-    out for it, its pieces around the text (the text stands twice in it), or ``None`` when the event goes out as it
-    came.
+    out for it: its pieces around the text (the text stands twice in it), bytes that hold no text (excluded
+    reasoning: the chunks left when it is taken out, or ``b""`` when the chunk is dropped), or ``None`` when the
+    event goes out as it came.
     """
 
     __slots__ = ("hits", "middle", "out", "prefix", "repeat", "suffix")
 
     def __init__(
-        self, prefix: bytes, middle: bytes | None, suffix: bytes, out: tuple[bytes, bytes, bytes] | None, repeat: Repeat
+        self,
+        prefix: bytes,
+        middle: bytes | None,
+        suffix: bytes,
+        out: tuple[bytes, bytes, bytes] | bytes | None,
+        repeat: Repeat,
     ) -> None:
         self.prefix = prefix
         self.middle = middle
@@ -111,17 +128,33 @@ class ChunkShape:
         out = self.out
         if out is None:
             return raw
-        return b"".join((out[0], text, out[1], text, out[2]))
+        if isinstance(out, tuple):
+            return b"".join((out[0], text, out[1], text, out[2]))
+        return out
 
 
-def shape_of(data: bytes, kind: int, chunk: dict[str, Any], unchanged: bool, repeat: Repeat) -> ChunkShape | None:
+def shape_of(
+    data: bytes, kind: int, chunk: dict[str, Any], sent: list[dict[str, Any]] | None, repeat: Repeat
+) -> ChunkShape | None:
     """The shape of the chunk whose data ``data`` the fast path has just rewritten to ``chunk`` (the decoded chunk,
-    its ``delta.reasoning`` the text, or for ``THINK_CONTENT`` its ``delta.content``; ``unchanged``: it goes out as it
-    came), where ``kind`` says the text stood (``chunks.CONTENT_TEXT``, ``PLAIN_TEXT``, ``SHOWN_TEXT``,
-    ``DETAIL_TEXT``, ``THINK_TEXT``, ``THINK_CONTENT``); ``None`` when the text's bytes are not found once each
-    where ``kind`` puts them, or the cuts do not hold. ``repeat``: the choice's state, for ``ChunkShape.rewrite``."""
+    its ``delta.reasoning`` the text, or for ``THINK_CONTENT`` its ``delta.content``; ``sent``: ``None`` when it
+    goes out as it came), where ``kind`` says the text stood (``chunks.CONTENT_TEXT``, ``PLAIN_TEXT``,
+    ``SHOWN_TEXT``, ``DETAIL_TEXT``, ``THINK_TEXT``, ``THINK_CONTENT``); ``None`` when the text's bytes are not found
+    once each where ``kind`` puts them, or the cuts do not hold. ``repeat``: the choice's state, for
+    ``ChunkShape.rewrite``.
+
+    With ``repeat`` an ``ExcludedRepeat`` the fast path took the reasoning out: ``chunk`` is the decoded chunk as
+    it came, ``sent`` the chunks that went out for it (none when it was dropped), which hold no text; the shape
+    sends their bytes for every chunk it fits."""
     delta = chunk["choices"][0]["delta"]
-    text = codec.encode(delta["content"] if kind == THINK_CONTENT else delta["reasoning"])[1:-1]
+    excluded = isinstance(repeat, ExcludedRepeat)
+    if not excluded:
+        source = delta["content"] if kind == THINK_CONTENT else delta["reasoning"]
+    elif kind == CONTENT_TEXT:
+        source = delta["reasoning_content"]
+    else:
+        source = delta["reasoning_details"][0]["text"] if kind == DETAIL_TEXT else delta["reasoning"]
+    text = codec.encode(source)[1:-1]
     if not canonical_text(text):  # its bytes hold no escape the marker could be, so the check below means something
         return None
     starts = []
@@ -157,8 +190,11 @@ def shape_of(data: bytes, kind: int, chunk: dict[str, Any], unchanged: bool, rep
         fields["reasoning_details"][0]["text"] = _MARK
     if found_value != expected:
         return None
-    out = None
-    if not unchanged:
+    out: tuple[bytes, bytes, bytes] | bytes | None = None
+    if excluded:
+        assert sent is not None  # the fast path took a reasoning field out
+        out = b"".join([b"data: " + codec.encode(item) + b"\n\n" for item in sent])
+    elif sent is not None:
         choice = chunk["choices"][0]
         details = delta["reasoning_details"]
         marked_delta = {**delta, "reasoning": _MARK, "reasoning_details": [{**details[0], "text": _MARK}]}
