@@ -186,7 +186,9 @@ _PIECES = st.sampled_from(
 _TEXT = st.lists(_PIECES, max_size=3).map("".join)
 
 
-_KINDS = st.sampled_from(["content", "reasoning", "details", "shown", "tagged", "other", "finish"])
+_KINDS = st.sampled_from(
+    ["content", "reasoning", "details", "shown", "tagged", "other", "finish", "answer", "answer_after_content"]
+)
 
 
 @st.composite
@@ -213,6 +215,10 @@ def _streams(draw: st.DrawFn) -> list[bytes]:
             delta = {"reasoning": text, "reasoning_details": [{"type": "reasoning.text", "text": other}]}
         elif kind == "tagged":
             delta = {"content": text}
+        elif kind == "answer":  # OpenRouter's answer chunks
+            delta = {"content": text, "reasoning": None, "reasoning_details": []}
+        elif kind == "answer_after_content":  # DeepSeek's
+            delta = {"content": text, "reasoning_content": None}
         elif kind == "other":
             delta = draw(st.sampled_from([{"content": "answer"}, {"role": "assistant"}, {}]))
         else:
@@ -363,14 +369,75 @@ def test_excluded_reasoning_chunks_go_as_the_full_path_sends_them_exact_values()
         ({"reasoning": "r", "reasoning_details": [{"type": "reasoning.text", "text": "s"}]}, None),
         ({"reasoning": "r", "reasoning_content": "r"}, None),
         ({"reasoning_details": [{"type": "reasoning.encrypted", "data": "e"}]}, None),
-        ({"reasoning": "", "content": "a"}, None),
+        ({"reasoning": "", "content": "a"}, "ANSWER_TEXT"),
+        ({"content": "a", "reasoning_content": None}, "ANSWER_TEXT"),
+        ({"content": "a", "reasoning": None, "reasoning_details": []}, "ANSWER_TEXT"),
+        ({"content": "", "reasoning": None}, None),
+        ({"content": "a", "reasoning": "r"}, "PLAIN_TEXT"),  # the answer's text stands in the shape's bytes
         (
             {"reasoning_details": [{"type": "reasoning.text", "text": "r"}, {"type": "reasoning.text", "text": "s"}]},
             None,
         ),
     ],
 )
-def test_where_an_excluded_fragment_stands(delta: dict[str, Any], kind: str | None) -> None:
+def test_where_the_text_of_an_excluded_chunk_stands(delta: dict[str, Any], kind: str | None) -> None:
     normalizer = chunks.ChunkNormalizer(exclude=True)
     normalizer.normalize({"id": "a", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
     assert normalizer.repeat == (getattr(chunks, kind) if kind is not None else 0)
+
+
+def test_the_answers_chunks_go_as_the_full_path_sends_them_exact_values() -> None:
+    # OpenRouter's answer chunks (reasoning fields that hold nothing) go as they came once the reasoning is closed;
+    # DeepSeek's lose their null reasoning_content (spec 004 "Streaming": one shape for every provider)
+    openrouter = [
+        b'data: {"id":"o","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
+        b'{"role":"assistant","content":"%s","reasoning":null,"reasoning_details":[]},"finish_reason":null}]}\n\n'
+        % text
+        for text in (b"Two", b" plus", b" two", b" is", b' \\"four\\"', b".")
+    ]
+    out, rw = run(openrouter)
+    assert out == [*openrouter, b""]
+    assert rw._shape is not None and rw._shape.hits == 3  # from the fourth
+    assert rw._lead is rw._shape
+    answer = (
+        b'data: {"id":"d1","object":"chat.completion.chunk","created":1,"model":"deepseek-reasoner",'
+        b'"choices":[{"index":0,"delta":{"content":"%s","reasoning_content":null},"logprobs":null,'
+        b'"finish_reason":null}]}\n\n'
+    )
+    events = [deepseek(f"r{n}") for n in range(6)] + [answer % text for text in (b"A", b"B", b"C", b"D", b"E")]
+    out, rw = run(events)
+    assert out == run(events, shapes=False)[0]
+    # the first answer chunk closes the reasoning first (the full path); the next three count, the last is a hit
+    assert out[10] == (
+        b'data: {"id":"d1","object":"chat.completion.chunk","created":1,"model":"deepseek-reasoner",'
+        b'"choices":[{"index":0,"delta":{"content":"E"},"logprobs":null,"finish_reason":null}]}\n\n'
+    )
+    assert rw._shape is not None and rw._shape.hits == 1
+    assert b"".join(out[6:]).count(b"reasoning_content") == 0
+    # with the reasoning excluded: the reasoning chunks dropped, the answer's sent without the null field
+    excluded, rw = run(events, exclude=True)
+    assert excluded == [b""] * 6 + [out[10].replace(b'"E"', b'"A"'), *out[7:]]  # no reasoning to close
+    assert excluded == run(events, shapes=False, exclude=True)[0]
+    # E, as with the reasoning shown: the first chunk of each run is not counted (shown, "r0" opens the detail and
+    # "A" closes it)
+    assert rw._shape is not None and rw._shape.hits == 1
+
+
+def test_an_answer_chunk_after_reopened_reasoning_closes_it_first() -> None:
+    def chunk(delta: bytes) -> bytes:
+        return (
+            b'data: {"id":"o","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+            b'"delta":{' + delta + b'},"finish_reason":null}]}\n\n'
+        )
+
+    answer = [chunk(b'"content":"%s","reasoning":null,"reasoning_details":[]' % t) for t in (b"a", b"b", b"c", b"d")]
+    reasoning = chunk(b'"content":"","reasoning":"more","reasoning_details":[]')
+    events = [*answer, reasoning, answer[0]]
+    out, rw = run(events)
+    assert out == run(events, shapes=False)[0]
+    assert rw._shape is not None and rw._shape.hits == 1  # "d" only: "a" after the reasoning closes it first
+    # the reasoning's detail closed first (its format, "unknown" for plain reasoning, held until it closes), then
+    # the answer chunk as it came
+    assert out[5] == (
+        chunk(b'"reasoning_details":[{"type":"reasoning.text","format":"unknown","index":0}]') + answer[0]
+    )

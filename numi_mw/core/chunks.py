@@ -240,6 +240,8 @@ _FAST_EXCLUDE: Final = 3
 """The fast path of a stream with ``exclude`` and no think splitting (``ChunkNormalizer._fast_exclude``)."""
 
 _REASONING_KEYS: Final = frozenset(REASONING_FIELDS)
+_NO_REASONING: Final[tuple[Any, ...]] = (None, "", [])
+"""What a reasoning field holds when it holds none (as ``in``: ``==`` each)."""
 
 CONTENT_TEXT: Final = 1
 """``ChunkNormalizer.repeat`` after a fragment in ``delta.reasoning_content`` extended the open text detail."""
@@ -256,13 +258,18 @@ text detail."""
 THINK_CONTENT: Final = 6
 """``ChunkNormalizer.repeat`` after ``delta.content`` that a think splitter read as content, whole, with no reasoning
 open: the chunk went as it came."""
+ANSWER_TEXT: Final = 7
+"""``ChunkNormalizer.repeat`` after ``delta.content`` text beside reasoning fields that hold none (OpenRouter's
+``"reasoning": null, "reasoning_details": []``, DeepSeek's ``"reasoning_content": null``), with no reasoning open:
+the chunk went as it came, or without those fields."""
 
 
 def _excluded_text(delta: dict[str, Any], fields: int) -> int:
-    """Where the one reasoning text fragment of ``delta`` stands, whose ``fields`` reasoning fields
-    ``_fast_exclude`` took out (``CONTENT_TEXT``, ``PLAIN_TEXT``, ``SHOWN_TEXT``, ``DETAIL_TEXT``, as the fast path
-    of shown reasoning names them); ``0`` when they hold anything else. What goes out for such a chunk does not
-    depend on the text (``ExcludedRepeat``)."""
+    """Where the one text of ``delta``, whose ``fields`` reasoning fields ``_fast_exclude`` took out, stands: one
+    reasoning fragment (``CONTENT_TEXT``, ``PLAIN_TEXT``, ``SHOWN_TEXT``, ``DETAIL_TEXT``, as the fast path of shown
+    reasoning names them; what goes out holds no text), or the answer's ``content`` beside reasoning fields that
+    hold none (``ANSWER_TEXT``; it goes out without them); ``0`` for anything else. What goes out for such a chunk
+    depends on the state of no choice (``ExcludedRepeat``)."""
     reasoning = delta.get("reasoning")
     details = delta.get("reasoning_details")
     text = None
@@ -275,11 +282,15 @@ def _excluded_text(delta: dict[str, Any], fields: int) -> int:
             return CONTENT_TEXT
         if type(reasoning) is str and reasoning:
             return PLAIN_TEXT
-        return DETAIL_TEXT if type(text) is str and text else 0
-    if fields == 2 and "reasoning_content" not in delta and type(text) is str and text:
+        if type(text) is str and text:
+            return DETAIL_TEXT
+    elif fields == 2 and "reasoning_content" not in delta and type(text) is str and text:
         if reasoning == text:
             return SHOWN_TEXT
         return DETAIL_TEXT if reasoning is None or reasoning == "" else 0
+    content = delta.get("content")
+    if type(content) is str and content and all(delta.get(key) in _NO_REASONING for key in REASONING_FIELDS):
+        return ANSWER_TEXT  # the answer's text, beside reasoning fields that hold nothing
     return 0
 
 
@@ -326,6 +337,22 @@ class Repeat:
         return True
 
 
+class AnswerRepeat(Repeat):
+    """``Repeat`` for the answer's text beside reasoning fields that hold none (``ANSWER_TEXT``): the fast path
+    sends such a chunk the same way while no reasoning is open (``ChunkNormalizer.open_reasoning``; one that is
+    would be closed first)."""
+
+    __slots__ = ()
+
+    def repeated(self, text: bytes) -> bool:
+        """Whether no reasoning is open; if so the chunk's envelope becomes the last one: ``True``."""
+        normalizer = self.normalizer
+        if normalizer.open_reasoning:
+            return False
+        normalizer._envelope = self.envelope
+        return True
+
+
 class ExcludedRepeat(Repeat):
     """``Repeat`` for a fragment ``ChunkNormalizer._fast_exclude`` took out: what goes out for a chunk of the same
     bytes but its text does not depend on the choice's state or the text (its reasoning fields are taken out,
@@ -366,6 +393,8 @@ class ChunkNormalizer:
         kind = self.repeat
         if self.exclude and kind not in (THINK_TEXT, THINK_CONTENT):
             return ExcludedRepeat(self, state, -1, chunk)
+        if kind == ANSWER_TEXT:
+            return AnswerRepeat(self, state, -1, chunk)
         splitter = state.splitter if kind in (THINK_TEXT, THINK_CONTENT) else None
         return Repeat(self, state, -1 if kind == THINK_CONTENT else state.rebuilder.open_text, chunk, splitter)
 
@@ -504,6 +533,9 @@ class ChunkNormalizer:
                 if self.open_reasoning:  # it may end the reasoning: a new entry, so that data is not changed
                     return self._fast_after(data, {**choice, "delta": rest})
                 choice["delta"] = rest
+                content = rest.get("content")
+                if type(content) is str and content:
+                    self.repeat = ANSWER_TEXT
                 return [data]
             if type(plain) is not str:
                 return _SLOW
@@ -575,7 +607,12 @@ class ChunkNormalizer:
             return [data]
         if type(details) is list and not details and (reasoning is None or reasoning == ""):
             # nothing visible, no fragment (OpenRouter's content chunks)
-            return self._fast_after(data, choice) if self.open_reasoning else UNCHANGED
+            if self.open_reasoning:
+                return self._fast_after(data, choice)
+            content = delta.get("content")
+            if type(content) is str and content:
+                self.repeat = ANSWER_TEXT
+            return UNCHANGED
         if "reasoning" not in delta and "reasoning_details" not in delta:
             # no reasoning field at all (a translated stream's content chunks)
             return self._fast_after(data, choice) if self.open_reasoning else UNCHANGED

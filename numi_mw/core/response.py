@@ -235,7 +235,9 @@ class SSERewriter:
     __slots__ = (
         "_decoder",
         "_done",
+        "_first",
         "_head",
+        "_kind",
         "_lead",
         "_normalizer",
         "_prefilter",
@@ -259,9 +261,12 @@ class SSERewriter:
         # chunks the full path took that had one since the last try
         self._shape: ChunkShape | None = None
         self._shape_tries = _SHAPE_TRIES
-        # with reasoning shown the fragment that opens the detail is no repeat: the first one taken out is not
-        # counted either, so that a stream's first try comes at the same fragment (its fourth) with exclude
-        self._repeats = -1 if options.exclude and options.think is None else 0
+        # the kind of the last chunks the fast path rewrote that could have a shape, and how many in a row; with
+        # reasoning shown the fragment that opens the detail is no repeat: the first one taken out is not counted
+        # either, so that a stream's first try comes at the same fragment (its fourth) with exclude
+        self._kind = 0
+        self._first = -1 if options.exclude and options.think is None else 0
+        self._repeats = 0
         # the shape, while it rewrote the last event: tried on the next chunk before the decoder (``feed``)
         self._lead: ChunkShape | None = None
 
@@ -402,11 +407,14 @@ class SSERewriter:
         return self._frame_chunks(raw, data, event, id, value, chunks, accounted, _encode)
 
     def _reshape(self, data: bytes, chunk: dict[str, Any], sent: list[dict[str, Any]] | None) -> None:
-        """Cut the shape of the reasoning chunk whose data ``data`` the fast path just rewrote to ``chunk`` (``sent``:
-        what went out for it, ``None`` for the chunk as it came)
-        (``shapes.shape_of``), on every ``_SHAPE_AFTER``-th such chunk the full path takes, while tries are left:
-        ``_SHAPE_TRIES``, and one more for every ``_SHAPE_HITS`` chunks a shape rewrote. A try that finds no shape
-        keeps the one before."""
+        """Cut the shape of the chunk whose data ``data`` the fast path just rewrote to ``chunk`` (``sent``: what went
+        out for it, ``None`` for the chunk as it came; ``shapes.shape_of``), on every ``_SHAPE_AFTER``-th chunk in a
+        row of one kind (``ChunkNormalizer.repeat``) the full path takes, while tries are left: ``_SHAPE_TRIES``, and
+        one more for every ``_SHAPE_HITS`` chunks a shape rewrote. A try that finds no shape keeps the one before."""
+        kind = self._normalizer.repeat
+        if kind != self._kind:  # a new run: the reasoning's, the answer's after it
+            self._kind = kind
+            self._repeats = self._first
         self._repeats += 1
         if self._repeats < _SHAPE_AFTER:
             return

@@ -26,6 +26,7 @@ import msgspec
 
 from numi_mw.core import codec
 from numi_mw.core.chunks import (
+    ANSWER_TEXT,
     CONTENT_TEXT,
     DETAIL_TEXT,
     PLAIN_TEXT,
@@ -43,6 +44,7 @@ _KEYS: Final[dict[int, tuple[bytes, ...]]] = {
     DETAIL_TEXT: (b'"text":"',),
     THINK_TEXT: (b'"content":"',),
     THINK_CONTENT: (b'"content":"',),
+    ANSWER_TEXT: (b'"content":"',),
 }
 """Where the text of each kind stands in a chunk written without spaces (as every provider streams them)."""
 
@@ -76,9 +78,9 @@ class ChunkShape:
     ``prefix`` + text + ``suffix`` (or ``prefix`` + text + ``middle`` + text + ``suffix`` when the text stands twice)
     is an event of this shape: one ``data: `` line and its blank line, the framing every provider streams (an event
     framed otherwise, ``data:`` without its space or ``\\r\\n`` line ends, takes the full path). ``out`` is what goes
-    out for it: its pieces around the text (the text stands twice in it), bytes that hold no text (excluded
-    reasoning: the chunks left when it is taken out, or ``b""`` when the chunk is dropped), or ``None`` when the
-    event goes out as it came.
+    out for it: its pieces around the text (which stands twice in a reasoning chunk and once as the answer's
+    content), bytes that hold no text (excluded reasoning: the chunks left when it is taken out, or ``b""`` when the
+    chunk is dropped), or ``None`` when the event goes out as it came.
     """
 
     __slots__ = ("hits", "middle", "out", "prefix", "repeat", "suffix")
@@ -88,7 +90,7 @@ class ChunkShape:
         prefix: bytes,
         middle: bytes | None,
         suffix: bytes,
-        out: tuple[bytes, bytes, bytes] | bytes | None,
+        out: tuple[bytes, ...] | bytes | None,
         repeat: Repeat,
     ) -> None:
         self.prefix = prefix
@@ -129,6 +131,8 @@ class ChunkShape:
         if out is None:
             return raw
         if isinstance(out, tuple):
+            if len(out) == 2:  # the answer's text, once
+                return b"".join((out[0], text, out[1]))
             return b"".join((out[0], text, out[1], text, out[2]))
         return out
 
@@ -136,20 +140,24 @@ class ChunkShape:
 def shape_of(
     data: bytes, kind: int, chunk: dict[str, Any], sent: list[dict[str, Any]] | None, repeat: Repeat
 ) -> ChunkShape | None:
-    """The shape of the chunk whose data ``data`` the fast path has just rewritten to ``chunk`` (the decoded chunk,
-    its ``delta.reasoning`` the text, or for ``THINK_CONTENT`` its ``delta.content``; ``sent``: ``None`` when it
-    goes out as it came), where ``kind`` says the text stood (``chunks.CONTENT_TEXT``, ``PLAIN_TEXT``,
-    ``SHOWN_TEXT``, ``DETAIL_TEXT``, ``THINK_TEXT``, ``THINK_CONTENT``); ``None`` when the text's bytes are not found
-    once each where ``kind`` puts them, or the cuts do not hold. ``repeat``: the choice's state, for
-    ``ChunkShape.rewrite``.
+    """The shape of the chunk whose data ``data`` the fast path has just rewritten to ``chunk`` (the decoded chunk;
+    ``sent``: the chunks that went out for it, ``None`` when it went out as it came), where ``kind`` says the text
+    stood (``chunks.CONTENT_TEXT``, ``PLAIN_TEXT``, ``SHOWN_TEXT``, ``DETAIL_TEXT``, ``THINK_TEXT``, ``THINK_CONTENT``,
+    ``ANSWER_TEXT``); ``None`` when the text's bytes are not found once each where ``kind`` puts them, or the cuts do
+    not hold. ``repeat``: the choice's state, for ``ChunkShape.rewrite``.
 
-    With ``repeat`` an ``ExcludedRepeat`` the fast path took the reasoning out: ``chunk`` is the decoded chunk as
-    it came, ``sent`` the chunks that went out for it (none when it was dropped), which hold no text; the shape
-    sends their bytes for every chunk it fits."""
+    The text is ``chunk``'s ``delta.reasoning`` (which the fast path sets), or its ``delta.content`` for content that
+    goes out as content. With ``repeat`` an ``ExcludedRepeat`` the fast path took the reasoning out: ``chunk`` is the
+    decoded chunk as it came, the text the reasoning field ``kind`` names, and ``sent`` holds no text (but for
+    ``ANSWER_TEXT``, the answer's content, which goes out without the reasoning fields); the shape then sends their
+    bytes for every chunk it fits."""
     delta = chunk["choices"][0]["delta"]
     excluded = isinstance(repeat, ExcludedRepeat)
-    if not excluded:
-        source = delta["content"] if kind == THINK_CONTENT else delta["reasoning"]
+    content = kind in _CONTENT_KINDS
+    if kind in (THINK_CONTENT, ANSWER_TEXT):  # content that goes out as content
+        source = delta["content"]
+    elif not excluded:
+        source = delta["reasoning"]
     elif kind == CONTENT_TEXT:
         source = delta["reasoning_content"]
     else:
@@ -182,7 +190,7 @@ def shape_of(
     fields = expected["choices"][0]["delta"]
     if kind == CONTENT_TEXT:
         fields["reasoning_content"] = _MARK
-    if kind in (THINK_TEXT, THINK_CONTENT):
+    if content:
         fields["content"] = _MARK
     if kind in (PLAIN_TEXT, SHOWN_TEXT):
         fields["reasoning"] = _MARK
@@ -190,18 +198,39 @@ def shape_of(
         fields["reasoning_details"][0]["text"] = _MARK
     if found_value != expected:
         return None
-    out: tuple[bytes, bytes, bytes] | bytes | None = None
-    if excluded:
-        assert sent is not None  # the fast path took a reasoning field out
-        out = b"".join([b"data: " + codec.encode(item) + b"\n\n" for item in sent])
-    elif sent is not None:
-        choice = chunk["choices"][0]
+    out = _pieces(kind, sent, excluded)
+    if out is _NO_PIECES:
+        return None
+    return ChunkShape(b"data: " + prefix, middle, suffix + b"\n\n", out, repeat)
+
+
+_CONTENT_KINDS: Final = frozenset((THINK_TEXT, THINK_CONTENT, ANSWER_TEXT))
+"""The kinds whose text stands in the chunk's ``delta.content`` as it comes."""
+_NO_PIECES: Final = b"\x00"
+"""``_pieces`` of chunks whose text the encoder does not write where the shape needs it."""
+
+
+def _pieces(kind: int, sent: list[dict[str, Any]] | None, excluded: bool) -> tuple[bytes, ...] | bytes | None:
+    """What goes out for a chunk of a shape (``ChunkShape.out``) that sent ``sent`` for one text: ``None`` for the
+    chunk as it came; bytes when the text does not go out (excluded reasoning); else the pieces of the one chunk
+    sent around its text, which stands twice in a reasoning chunk (``delta.reasoning`` and its detail's text) and
+    once as the answer's content; ``_NO_PIECES`` when it does not stand so."""
+    if sent is None:
+        return None
+    if excluded and kind != ANSWER_TEXT:
+        return b"".join([b"data: " + codec.encode(item) + b"\n\n" for item in sent])
+    if len(sent) != 1:
+        return _NO_PIECES
+    item = sent[0]
+    choice = item["choices"][0]
+    delta = choice["delta"]
+    if kind == ANSWER_TEXT:
+        marked_delta = {**delta, "content": _MARK}
+        count = 2
+    else:
         details = delta["reasoning_details"]
         marked_delta = {**delta, "reasoning": _MARK, "reasoning_details": [{**details[0], "text": _MARK}]}
-        pieces = (b"data: " + codec.encode({**chunk, "choices": [{**choice, "delta": marked_delta}]}) + b"\n\n").split(
-            _MARK_BYTES
-        )
-        if len(pieces) != 3:
-            return None
-        out = (pieces[0], pieces[1], pieces[2])
-    return ChunkShape(b"data: " + prefix, middle, suffix + b"\n\n", out, repeat)
+        count = 3
+    encoded = b"data: " + codec.encode({**item, "choices": [{**choice, "delta": marked_delta}]}) + b"\n\n"
+    pieces = encoded.split(_MARK_BYTES)
+    return tuple(pieces) if len(pieces) == count else _NO_PIECES
