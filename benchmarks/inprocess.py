@@ -503,6 +503,14 @@ def run_stream(config: Config) -> list[Measurement]:
         config.batch_seconds,
         floor_target=FLOOR_TARGET_SPEC,
     )
+    out += stream_measurements(
+        "stream.openrouter_2000",
+        "2,000-event stream shaped like spec 004, its answer chunks as OpenRouter streams them",
+        payloads.spec_stream_events(2000, empty_fields=True),
+        config.rounds,
+        config.batch_seconds,
+        floor_target=FLOOR_TARGET_SPEC,
+    )
     out.append(think.cost_measurement(config))  # beside the plain stream's row
     out += accumulate.measurements(config)  # what storing the answer costs
     for stem, raw in payloads.fixture_streams().items():

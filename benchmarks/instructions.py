@@ -24,6 +24,8 @@ Workloads (``--workloads`` picks some):
   (``payloads.local_stream_events``) through one ``SSERewriter`` that splits them (per stream);
 - ``stream.spec_2000_excluded``: the spec-shaped stream through one ``SSERewriter`` with its reasoning excluded
   (``reasoning.exclude``: reasoning chunks dropped), as the server workloads' request asks (per stream);
+- ``stream.openrouter_2000``: the spec-shaped stream with OpenRouter's answer chunks (``"reasoning": null,
+  "reasoning_details": []`` beside ``content``), and ``stream.floor_openrouter_2000`` the same through the floor;
 - ``stream.deepseek``, ``stream.groq``, ``stream.claude``: the recorded streams of ``RECORDED`` (DeepSeek
   reasoner, groq gpt-oss, OpenRouter Claude; ``../shared/fixtures/openai-chat``), cut into events, each through
   one ``SSERewriter`` (per stream), and ``stream.floor_deepseek``, ``stream.floor_groq``, ``stream.floor_claude``
@@ -87,6 +89,8 @@ WORKLOADS: dict[str, int] = {
     "stream.floor_2000": 2,
     "stream.think_2000": 2,
     "stream.spec_2000_excluded": 2,
+    "stream.openrouter_2000": 2,
+    "stream.floor_openrouter_2000": 2,
     "stream.deepseek": 8,
     "stream.floor_deepseek": 8,
     "stream.groq": 60,
@@ -194,6 +198,8 @@ def _workload(name: str) -> Callable[[int], None]:
         events = payloads.split_events(streams[recorded])
     elif name == "stream.think_2000":
         events = payloads.local_stream_events(2000, "tags")
+    elif name.endswith("openrouter_2000"):
+        events = payloads.spec_stream_events(2000, empty_fields=True)
     else:
         events = payloads.spec_stream_events(2000)
     if name.startswith("stream.floor_"):
@@ -367,6 +373,7 @@ FLOOR_RATIOS = (
     ("request.history_200kb", "floor.pass_200kb", 2.5),
     ("request.body_8mb", "floor.pass_8mb", 1.5),
     ("stream.spec_2000", "stream.floor_2000", FLOOR_TARGET_SPEC),
+    ("stream.openrouter_2000", "stream.floor_openrouter_2000", FLOOR_TARGET_SPEC),
     ("stream.deepseek", "stream.floor_deepseek", FLOOR_TARGET_RECORDED),
     ("stream.groq", "stream.floor_groq", FLOOR_TARGET_RECORDED),
     ("stream.claude", "stream.floor_claude", FLOOR_TARGET_RECORDED),

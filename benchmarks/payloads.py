@@ -256,12 +256,13 @@ def many_details_event(i: int, choices: int = 300) -> bytes:
     return b"data: " + _compact(chunk) + b"\n\n"
 
 
-def spec_stream_events(events: int = 2000, reasoning_share: float = 0.6) -> list[bytes]:
+def spec_stream_events(events: int = 2000, reasoning_share: float = 0.6, *, empty_fields: bool = False) -> list[bytes]:
     """The events (each ending with its blank line) of a stream shaped like spec 004's streaming example.
 
     ``reasoning_share`` of the events are reasoning chunks (``delta.reasoning`` plus one ``reasoning.text``
     detail with the same text; the first also sets ``role``), the rest content chunks, then the finish chunk
-    (empty delta), a usage chunk (``choices: []``) and ``data: [DONE]``.
+    (empty delta), a usage chunk (``choices: []``) and ``data: [DONE]``. With ``empty_fields`` the content chunks
+    carry ``"reasoning": null, "reasoning_details": []`` too, as OpenRouter streams the answer.
     """
     if events < 5:
         raise ValueError("a stream needs at least 5 events")
@@ -276,7 +277,7 @@ def spec_stream_events(events: int = 2000, reasoning_share: float = 0.6) -> list
             delta["reasoning"] = text
             delta["reasoning_details"] = [{"type": "reasoning.text", "text": text}]
         else:
-            delta = {"content": text}
+            delta = {"content": text, "reasoning": None, "reasoning_details": []} if empty_fields else {"content": text}
         out.append(_chunk(delta))
     out.append(_chunk({}, "stop"))
     usage = {

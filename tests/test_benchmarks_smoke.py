@@ -21,6 +21,8 @@ EXPECTED = {
     "stream.spec_2000",
     "stream.spec_2000.vs_split",
     "stream.spec_2000.vs_floor",
+    "stream.openrouter_2000",
+    "stream.openrouter_2000.vs_floor",
     "stream.think_2000",
     "stream.accumulate.spec_2000",
     "stream.think_start.content",
