@@ -441,3 +441,21 @@ def test_an_answer_chunk_after_reopened_reasoning_closes_it_first() -> None:
     assert out[5] == (
         chunk(b'"reasoning_details":[{"type":"reasoning.text","format":"unknown","index":0}]') + answer[0]
     )
+
+
+def test_a_try_at_an_answer_shape_makes_no_choice_state() -> None:
+    # the closing chunks follow the order the choices' states were made in; the full path makes none for an answer
+    # chunk while no reasoning is open, so a try at its shape may not either
+    def chunk(index: int, delta: bytes) -> bytes:
+        return (
+            b'data: {"id":"g","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":%d,'
+            b'"delta":{%s},"finish_reason":null}]}\n\n' % (index, delta)
+        )
+
+    events = [chunk(0, b'"content":"%s","reasoning":null,"reasoning_details":[]' % t) for t in (b"a", b"b", b"c")]
+    events += [chunk(1, b'"reasoning":"r1"'), chunk(0, b'"reasoning":"r0"'), b"data: [DONE]\n\n"]
+    out, rw = run(events)
+    assert out == run(events, shapes=False)[0]
+    assert rw._shape is not None  # cut from "c"
+    closing = [json.loads(line[6:])["choices"][0]["index"] for line in out[5].split(b"\n\n")[:-2]]
+    assert closing == [1, 1, 0, 0]  # choice 1's reasoning came first

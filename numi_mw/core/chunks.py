@@ -337,6 +337,10 @@ class Repeat:
         return True
 
 
+_NO_STATE: Final = _Choice()
+"""The state ``AnswerRepeat`` and ``ExcludedRepeat`` are made with: they read none."""
+
+
 class AnswerRepeat(Repeat):
     """``Repeat`` for the answer's text beside reasoning fields that hold none (``ANSWER_TEXT``): the fast path
     sends such a chunk the same way while no reasoning is open (``ChunkNormalizer.open_reasoning``; one that is
@@ -389,12 +393,13 @@ class ChunkNormalizer:
 
     def repeat_of(self, chunk: dict[str, Any]) -> Repeat:
         """The state of the one choice of ``chunk``, the chunk just normalized, for ``Repeat``."""
-        state = self._choices[chunk["choices"][0].get("index", 0)]
         kind = self.repeat
+        # these read the state of no choice, and make none: the full path made none for an answer chunk
         if self.exclude and kind not in (THINK_TEXT, THINK_CONTENT):
-            return ExcludedRepeat(self, state, -1, chunk)
+            return ExcludedRepeat(self, _NO_STATE, -1, chunk)
         if kind == ANSWER_TEXT:
-            return AnswerRepeat(self, state, -1, chunk)
+            return AnswerRepeat(self, _NO_STATE, -1, chunk)
+        state = self._choices[chunk["choices"][0].get("index", 0)]
         splitter = state.splitter if kind in (THINK_TEXT, THINK_CONTENT) else None
         return Repeat(self, state, -1 if kind == THINK_CONTENT else state.rebuilder.open_text, chunk, splitter)
 
