@@ -964,3 +964,54 @@ def test_held_text_with_a_lone_surrogate_is_written_with_its_escape_later() -> N
         + _delta_event(b'{"reasoning":null,"reasoning_details":[]}')
         + _delta_event(b'{"content":"ok"}')
     )
+
+
+def _claude_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    # a thinking block through OpenRouter, as it streams one (OpenRouter's reasoning tokens guide, Anthropic's
+    # "reasoning.text" details with their "anthropic-claude-v1" format)
+    choice = {"index": 0, "delta": {"role": "assistant", "content": "", **delta}, "finish_reason": finish}
+    return {"id": "gen-1", "object": "chat.completion.chunk", "choices": [{**choice, "logprobs": None}]}
+
+
+_CLAUDE_FORMAT = {"format": "anthropic-claude-v1", "index": 0}
+_CLAUDE_BLOCK = [
+    {
+        "reasoning": None,
+        "reasoning_details": [{"type": "reasoning.text", "text": "", "signature": "", **_CLAUDE_FORMAT}],
+    },
+    {"reasoning": "Two", "reasoning_details": [{"type": "reasoning.text", "text": "Two", **_CLAUDE_FORMAT}]},
+    {"reasoning": None, "reasoning_details": [{"type": "reasoning.text", "text": "", **_CLAUDE_FORMAT}]},
+    {"reasoning": None, "reasoning_details": [{"type": "reasoning.text", "signature": "EtAB==", **_CLAUDE_FORMAT}]},
+    {"reasoning": None, "reasoning_details": [], "content": "4"},
+]
+
+
+def test_a_thinking_block_through_openrouter_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the placeholder that opens the block, its text, the chunk of its format, its signature, the answer, the
+    # finish: each as the general path sends it, and none by the general path
+    finish = _claude_chunk({"reasoning": None, "reasoning_details": []}, "stop")
+    chunks = [*(_claude_chunk(delta) for delta in _CLAUDE_BLOCK), finish]
+    general = general_path_only()
+    expected = [general.normalize(copy.deepcopy(chunk)) for chunk in chunks]
+
+    def general_path(*args: Any) -> Any:
+        raise AssertionError("the general path")
+
+    monkeypatch.setattr(ChunkNormalizer, "_normalize_choice", general_path)
+    fast = ChunkNormalizer()
+    out = [fast.normalize(copy.deepcopy(chunk)) for chunk in chunks]
+    assert msgspec.json.encode(out) == msgspec.json.encode(expected)
+    deltas = [None if chunk is UNCHANGED else chunk[0]["choices"][0]["delta"] for chunk in out]
+    assert deltas == [
+        {"role": "assistant", "content": "", "reasoning": None},  # the placeholder's fields wait for the text
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning": "Two",
+            "reasoning_details": [{"type": "reasoning.text", "text": "Two", "index": 0}],  # its format held
+        },
+        {"role": "assistant", "content": "", "reasoning": None},  # the format, held for the signature
+        None,  # the signature with the format, as it came
+        None,  # the answer, with both fields: it closes the reasoning as it came
+        None,  # the finish
+    ]

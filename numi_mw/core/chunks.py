@@ -433,8 +433,10 @@ class ChunkNormalizer:
                     if fast_path == _FAST_PLAIN:
                         if choice.get("finish_reason") is None:
                             fast = self._fast(data, choice, delta, index)
-                            if fast is not _SLOW:
-                                return fast
+                        else:
+                            fast = self._fast_finish(delta, index)
+                        if fast is not _SLOW:
+                            return fast
                     elif fast_path == _FAST_THINK:
                         fast = self._fast_think(data, choice)
                         if fast is not _SLOW:
@@ -569,12 +571,15 @@ class ChunkNormalizer:
             fragment = details[0]
             if type(fragment) is not dict:
                 return _SLOW
-            if fragment.get("type") == "reasoning.summary":
+            kind = fragment.get("type")
+            if kind == "reasoning.summary":
                 return self._fast_summary(data, index, delta, fragment, reasoning)
-            if fragment.get("type") != "reasoning.text" or "signature" in fragment:
+            if kind != "reasoning.text":
                 return _SLOW
             text = fragment.get("text")
-            if type(text) is not str or not text:
+            if not text:
+                return self._fast_no_text(data, choice, delta, index, fragment, reasoning)
+            if type(text) is not str or "signature" in fragment:
                 return _SLOW
             shown = reasoning == text
             if not shown and reasoning is not None and reasoning != "":
@@ -657,6 +662,60 @@ class ChunkNormalizer:
         rebuilder.add(entry, where)
         delta["reasoning_details"] = [entry]
         return [data]
+
+    def _fast_no_text(
+        self,
+        data: dict[str, Any],
+        choice: dict[str, Any],
+        delta: dict[str, Any],
+        index: int,
+        fragment: dict[str, Any],
+        shown: Any,
+    ) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
+        """``_fast`` for one ``reasoning.text`` fragment without text beside no visible ``reasoning`` (``shown``): how
+        Anthropic's thinking block streams its start and end through OpenRouter, a placeholder with an empty
+        ``signature`` that opens it, the ``format`` of the block, its ``signature``. ``_emit`` places it; the delta
+        goes out with what it emitted as its details, or none, dropped when nothing is left of the chunk. Same output
+        as the general path, key order included."""
+        if shown is not None and shown != "":
+            return _SLOW
+        state = self._choices[index]
+        emitted: list[Any] = []
+        self._emit(state, fragment, emitted)
+        if len(emitted) == 1:  # it carries reasoning
+            self._sent(state)
+            if emitted[0] == fragment:
+                return UNCHANGED
+            delta["reasoning_details"] = emitted
+            return [data]
+        if emitted:  # (a held format released before a new detail)
+            rest = {**delta, "reasoning_details": emitted}
+        else:
+            rest = {key: value for key, value in delta.items() if key != "reasoning_details"}
+            if rest and not (state.open and _shows_output(rest)):  # no detail, nothing to close: the fields go
+                choice["delta"] = rest
+                return [data]
+        entries = [entry for entry in _delta_entries(choice, [rest]) if entry["delta"] or _carries_more(entry)]
+        return _chunks_of(data, [self._close_after_reasoning(state, entries)])
+
+    def _fast_finish(self, delta: dict[str, Any], index: int) -> Literal[_Slow.SLOW] | None:
+        """The chunk that finishes a choice whose reasoning is closed (or never opened), its reasoning fields empty or
+        absent (OpenRouter's ``"reasoning": null, "reasoning_details": []``): it goes as it came, and the choice is
+        finished. ``_SLOW`` for any other finishing chunk. Same output as the general path."""
+        if "reasoning_content" in delta:
+            return _SLOW
+        reasoning = delta.get("reasoning")
+        if reasoning is not None and reasoning != "":
+            return _SLOW
+        if "reasoning_details" in delta:  # (``null`` would be taken out)
+            details = delta["reasoning_details"]
+            if type(details) is not list or details:
+                return _SLOW
+        state = self._choices[index]
+        if state.open or state.call_index >= 0:
+            return _SLOW
+        state.finished = True
+        return UNCHANGED
 
     def _fast_after(self, data: dict[str, Any], entry: dict[str, Any]) -> list[dict[str, Any]] | None:
         """``_fast`` for a chunk without reasoning while a choice's reasoning is open: ``entry`` is its choice
@@ -791,9 +850,7 @@ class ChunkNormalizer:
                     deltas.append(late)
                 else:
                     deltas[-1] = {**deltas[-1], **late}
-        deltas = [part for d in deltas for part in _apart(d)]
-        entries = [{**choice, "delta": d, "finish_reason": None} for d in deltas[:-1]]
-        entries.append({**choice, "delta": deltas[-1]})
+        entries = _delta_entries(choice, deltas)
         if state.call_index >= 0 and finishing and choice.get("finish_reason") == "stop":
             entries[-1]["finish_reason"] = "tool_calls"
         entries = [e for e in entries if e["delta"] or e.get("finish_reason") is not None or _carries_more(e)]
@@ -1059,6 +1116,15 @@ def _unless_emptied(entry: dict[str, Any]) -> dict[str, Any] | None:
     if len(delta) == 1:
         return entry
     return {**entry, "delta": {"role": delta["role"]}}
+
+
+def _delta_entries(choice: dict[str, Any], deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The choice entries of ``choice`` for its normalized ``deltas``, in order, each kept apart by detail (``_apart``):
+    the choice's fields with each delta, the finish reason on the last only."""
+    deltas = [part for d in deltas for part in _apart(d)]
+    entries = [{**choice, "delta": d, "finish_reason": None} for d in deltas[:-1]]
+    entries.append({**choice, "delta": deltas[-1]})
+    return entries
 
 
 def _apart(delta: dict[str, Any]) -> list[dict[str, Any]]:
