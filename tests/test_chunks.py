@@ -901,7 +901,7 @@ def test_the_rewriters_shortcut_past_chunks_without_reasoning_gives_what_normali
     choices: list[dict[str, Any]],
 ) -> None:
     # SSERewriter passes a chunk whose bytes hold no reasoning field as it came, reading only its choices to end
-    # open reasoning before it (ChunkNormalizer.close_before); normalizing every chunk must give the same deltas
+    # open reasoning before it (ChunkNormalizer.leaves_open); normalizing every chunk must give the same deltas
     body = b"".join(data({"id": "x", "choices": [choice]}) for choice in choices)
     normalizer = ChunkNormalizer()
     every: list[dict[str, Any]] = []

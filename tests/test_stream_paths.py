@@ -2,7 +2,7 @@
 
 ``SSERewriter`` takes an event that comes as one chunk without building an ``SSEEvent``
 (``SSEDecoder.single_data``; ``NativeSSERewriter`` one of an ``event:`` and a ``data:`` line, ``framed_data``), passes an event that cannot hold reasoning as its bytes without decoding it (the
-prefilter, and ``ChunkNormalizer.close_before`` when reasoning is open), reads the first chunk's head only when
+prefilter, and ``ChunkNormalizer.leaves_open`` when reasoning is open), reads the first chunk's head only when
 the stream breaks off, and normalizes the common chunk on ``ChunkNormalizer``'s fast paths. ``ReferenceRewriter``
 below is the plain algorithm: every chunk through ``SSEDecoder.feed``, every data event decoded in full and
 normalized by the general path only, encoded with msgspec. Both must send the same bytes for every recorded stream
@@ -20,6 +20,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from benchmarks.payloads import spec_stream_events, split_events
 from numi_mw.core import codec
@@ -183,3 +185,128 @@ def test_the_folders_read_are_there() -> None:
         pytest.skip(SHARED_ABSENT)
     assert {Path(name).suffix for name in CHAT} == {".sse", ".jsonl"}
     assert len(CHAT) == 6 and len(TAGS) == 2 and sorted(NATIVE) == ["anthropic-messages", "openai-responses"]
+
+
+_DELTAS = st.sampled_from(
+    [
+        {"reasoning": "r"},
+        {"reasoning_content": "r"},
+        {"content": None, "reasoning_content": "r"},
+        {"reasoning": "r", "reasoning_details": [{"type": "reasoning.text", "text": "r", "format": "f"}]},
+        {
+            "reasoning": None,
+            "reasoning_details": [{"type": "reasoning.text", "text": "", "signature": "", "format": "f"}],
+        },
+        {"reasoning": None, "reasoning_details": [{"type": "reasoning.text", "signature": "S", "format": "f"}]},
+        {"reasoning_details": [{"type": "reasoning.encrypted", "data": "E"}]},
+        {"content": "a"},
+        {"content": ""},
+        {"role": "assistant"},
+        {"content": "a", "reasoning": None, "reasoning_details": []},
+        {"content": "", "reasoning": None, "reasoning_details": []},
+        {"content": "a", "reasoning_content": None},
+        {"content": "<think>t</think>a"},
+        {"tool_calls": [{"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}]},
+    ]
+)
+_CHOICES = st.lists(
+    st.fixed_dictionaries(
+        {"index": st.integers(0, 2), "delta": _DELTAS, "finish_reason": st.sampled_from([None, None, None, "stop"])}
+    ),
+    min_size=0,
+    max_size=2,
+)
+_ENVELOPES = st.sampled_from(
+    [{"id": "g", "model": "m"}, {"id": "g", "model": "m"}, {"id": "g2", "model": "other"}, {"id": "g", "usage": None}]
+)
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+@settings(max_examples=300, deadline=None)
+@given(chunks=st.lists(st.tuples(_ENVELOPES, _CHOICES), min_size=1, max_size=12), per_event=st.booleans())
+def test_a_stream_of_several_choices_gives_the_reference_bytes(
+    option: str, chunks: list[tuple[dict[str, Any], list[dict[str, Any]]]], per_event: bool
+) -> None:
+    # several choices, in one chunk or interleaved, two at once, envelopes that change: every per-event path (the
+    # prefilter and leaves_open, the fast paths) sends what decoding and normalizing every chunk sends, and the
+    # end of the stream closes the choices in one order
+    events = [
+        b"data: " + msgspec.json.encode({**envelope, "choices": choices}) + b"\n\n" for envelope, choices in chunks
+    ]
+    events.append(b"data: [DONE]\n\n")
+    options = OPTIONS[option]
+    expected = _run(ReferenceRewriter(options), [b"".join(events)])
+    assert _run(SSERewriter(options), events if per_event else [b"".join(events)]) == expected
+
+
+def _chunk(index: int, delta: dict[str, Any], **envelope: Any) -> bytes:
+    body = {"id": "g", **envelope, "choices": [{"index": index, "delta": delta, "finish_reason": None}]}
+    return b"data: " + msgspec.json.encode(body) + b"\n\n"
+
+
+def _deltas(body: bytes) -> list[tuple[Any, ...]]:
+    chunks = [json_chunk for json_chunk in split_events(body) if json_chunk.startswith(b"data: {")]
+    out = []
+    for event in chunks:
+        value = msgspec.json.decode(event[6:])
+        out.extend((value.get("id"), choice["index"], choice["delta"]) for choice in value["choices"])
+    return out
+
+
+def test_the_end_of_a_stream_closes_choices_in_the_order_they_first_carried_reasoning() -> None:
+    # choice 0 shows content first, then choice 1 reasons, then choice 0: choice 1's reasoning is closed first,
+    # whether choice 0's first chunk was decoded or passed as its bytes
+    events = [_chunk(0, {"content": "hi"}), _chunk(1, {"reasoning": "a"}), _chunk(0, {"reasoning": "b"})]
+    for first in (events[0], _chunk(0, {"content": "hi", "reasoning": None, "reasoning_details": []})):
+        body = _run(SSERewriter(ResponseOptions()), [first, *events[1:], b"data: [DONE]\n\n"])
+        assert _deltas(body)[3:] == [  # each: the held format, then the two fields emptied
+            ("g", 1, {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
+            ("g", 1, {"reasoning": None, "reasoning_details": []}),
+            ("g", 0, {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
+            ("g", 0, {"reasoning": None, "reasoning_details": []}),
+        ]
+        assert body == _run(ReferenceRewriter(ResponseOptions()), [first, *events[1:], b"data: [DONE]\n\n"])
+
+
+def test_the_choices_counted_against_the_limit_are_those_that_carried_reasoning() -> None:
+    # 128 choices that only show content take no state: a reasoning choice after them is still normalized
+    events = [_chunk(index, {"content": "x", "reasoning": None}) for index in range(128)]
+    events.append(_chunk(500, {"reasoning": "r"}))
+    for rewriter in (SSERewriter(ResponseOptions()), ReferenceRewriter(ResponseOptions())):
+        out = b"".join(rewriter.feed(event) for event in events)
+        assert _deltas(out)[-1] == (
+            "g",
+            500,
+            {"reasoning": "r", "reasoning_details": [{"type": "reasoning.text", "text": "r", "index": 0}]},
+        )
+
+
+def test_the_chunks_that_close_reasoning_take_the_envelope_of_the_chunk_they_go_before() -> None:
+    # a chunk with two choices that ends choice 0's reasoning: its choices go apart, choice 0's close just before
+    # its own answer; and the stream's end closes in the envelope of the last chunk, read or passed as bytes
+    start = _chunk(0, {"reasoning": "p"})
+    both = b'data: {"id":"g2","choices":[{"index":1,"delta":{"content":"a"}},{"index":0,"delta":{"content":"b"}}]}\n\n'
+    out = _run(SSERewriter(ResponseOptions()), [start, both, b"data: [DONE]\n\n"])
+    assert _deltas(out)[1:] == [
+        ("g2", 1, {"content": "a"}),
+        ("g2", 0, {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
+        ("g2", 0, {"reasoning": None, "reasoning_details": []}),
+        ("g2", 0, {"content": "b"}),
+    ]
+    later = _chunk(0, {"content": ""}, model="other", id="g3")
+    out = _run(SSERewriter(ResponseOptions()), [start, later, b"data: [DONE]\n\n"])
+    closing = msgspec.json.decode(split_events(out)[2][6:])
+    assert closing == {
+        "id": "g3",
+        "model": "other",
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]},
+                "finish_reason": None,
+            }
+        ],
+    }
+    for events in ([start, both], [start, later]):
+        stream = [*events, b"data: [DONE]\n\n"]
+        assert _run(SSERewriter(ResponseOptions()), stream) == _run(ReferenceRewriter(ResponseOptions()), stream)

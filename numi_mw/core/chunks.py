@@ -29,8 +29,11 @@ returns the chunks the client receives:
   more than one delta carried reasoning and that chunk does not carry both fields itself, ``"reasoning":
   null`` and ``"reasoning_details": []``, each in a chunk of its own (that chunk leaves as it came), so a
   client that keeps the last delta's value of these fields (openai-node's ``stream()`` helper) keeps nothing
-  rather than a fragment. A stream rewriter finds that chunk without decoding the chunks before it in full
-  (``close_before``).
+  rather than a fragment. A stream rewriter passes the chunks before it without decoding them in full
+  (``leaves_open``).
+- A choice's state is made when a chunk of it first carries reasoning (a reasoning field that holds something;
+  with a think splitter, any chunk: its content is read), on every path alike, so the order in which the end of the
+  stream closes the choices, and the choices ``MAX_CHOICES`` counts, do not depend on which chunks were decoded.
 - With a think splitter, a chunk that carries reasoning in its own fields tells the splitter so
   (``ThinkSplitter.reasoning_in_fields``): content text before a closing tag that follows, in the same chunk or
   later, is the end of that reasoning. A harmony tool call the splitter finds in ``content`` goes out as
@@ -182,7 +185,16 @@ def _shows_output(delta: dict[str, Any]) -> bool:
 
 
 _probe = msgspec.json.Decoder(ChunkProbe).decode
-"""Decodes a chunk's choices (index, delta, finish reason) and skips its envelope (``ChunkNormalizer.close_before``)."""
+"""Decodes a chunk's choices (index, delta, finish reason) and skips its envelope (``ChunkNormalizer.leaves_open``)."""
+
+
+def _holds_reasoning(delta: dict[str, Any]) -> bool:
+    """Whether a chunk's ``delta`` has a reasoning field that holds something: a value other than ``null``, ``""``
+    and ``[]``. A choice's state is made for the first such chunk (``ChunkNormalizer._normalize_choice``)."""
+    for key in REASONING_FIELDS:  # noqa: SIM110 (no generator: it runs once per chunk of a choice without state)
+        if key in delta and delta[key] not in _NO_REASONING:
+            return True
+    return False
 
 
 def _carries_reasoning(delta: dict[str, Any]) -> bool:
@@ -378,7 +390,7 @@ class ChunkNormalizer:
         think: split reasoning tags out of ``delta.content`` with these settings; ``None`` leaves content as is.
     """
 
-    __slots__ = ("_choices", "_envelope", "_fast_path", "exclude", "open_reasoning", "repeat", "think")
+    __slots__ = ("_choices", "_envelope", "_fast_path", "_passed", "exclude", "open_reasoning", "repeat", "think")
 
     def __init__(self, *, exclude: bool = False, think: ThinkTags | None = None) -> None:
         self.exclude = exclude
@@ -388,6 +400,9 @@ class ChunkNormalizer:
         self._choices = states = _ChoiceStates()
         states.think = think
         self._envelope: dict[str, Any] | None = None
+        # the JSON bytes of the last chunk ``leaves_open`` passed after the last one normalized, whose envelope the
+        # chunks that end the stream take (``finish``)
+        self._passed: bytes | None = None
         # set by the fast path when it extended the open text detail (``CONTENT_TEXT``, ...); its reader resets it
         self.repeat = 0
 
@@ -421,6 +436,7 @@ class ChunkNormalizer:
         if not isinstance(choices, list) or not choices:
             return UNCHANGED
         self._envelope = data
+        self._passed = None
         if len(choices) == 1:
             # ``_follows`` written out, since this runs once per chunk: a delta choice of a followed index
             choice = choices[0]
@@ -466,10 +482,11 @@ class ChunkNormalizer:
         choice of a followed ``index`` that does not finish): its reasoning fields taken out, the chunk dropped when
         nothing else is left of it (``_unless_emptied``; one with usage keeps it, with no choice). Same output as the
         general path, key order included: with ``exclude`` no reasoning ever goes out, so none is open to close."""
-        self._choices[index]  # followed from now on: the general path makes the choice's state first too
         rest = {key: value for key, value in delta.items() if key not in _REASONING_KEYS}
         if len(rest) == len(delta):  # no reasoning field
             return UNCHANGED
+        if _holds_reasoning(delta):
+            self._choices[index]  # followed from now on, as the general path makes the choice's state
         self.repeat = _excluded_text(delta, len(delta) - len(rest))
         if rest:
             kept = _unless_emptied({**choice, "delta": rest})
@@ -711,59 +728,55 @@ class ChunkNormalizer:
             details = delta["reasoning_details"]
             if type(details) is not list or details:
                 return _SLOW
-        state = self._choices[index]
-        if state.open or state.call_index >= 0:
-            return _SLOW
-        state.finished = True
+        state = self._choices.get(index)  # (no reasoning: no state made, ``_normalize_choice``)
+        if state is not None:
+            if state.open or state.call_index >= 0:
+                return _SLOW
+            state.finished = True
         return UNCHANGED
 
     def _fast_after(self, data: dict[str, Any], entry: dict[str, Any]) -> list[dict[str, Any]] | None:
         """``_fast`` for a chunk without reasoning while a choice's reasoning is open: ``entry`` is its choice
         (``data``'s own when unchanged, else a new one without a null ``reasoning_content``). The chunk closes
         that reasoning when it shows the answer (``_close_after_reasoning``). Same output as the general path."""
-        state = self._choices[entry.get("index", 0)]
+        state = self._choices.get(entry.get("index", 0))  # (no reasoning: no state made, ``_normalize_choice``)
         entries = [entry]
-        if state.open and _shows_output(entry["delta"]):
+        if state is not None and state.open and _shows_output(entry["delta"]):
             entries = self._close_after_reasoning(state, entries)
         if len(entries) == 1 and entry is data["choices"][0]:
             return UNCHANGED
         return _chunks_of(data, [entries])
 
-    def close_before(self, data: bytes) -> list[dict[str, Any]] | None:
-        """The chunks that end open reasoning (``open_reasoning``) before the chunk whose JSON bytes are ``data``,
-        which carries no reasoning field (a stream rewriter knows it from its bytes) and so leaves unchanged.
+    def leaves_open(self, data: bytes) -> bool:
+        """Whether the chunk whose JSON bytes are ``data``, which carries no reasoning field (a stream rewriter knows
+        it from its bytes), leaves as it came and ends no open reasoning (``open_reasoning``): none of its choices
+        whose reasoning is open shows the answer or finishes. Only the choices are decoded, not the envelope, so a
+        rewriter passes the chunks between the reasoning and the answer as they came, decoded only this far; the
+        envelope of the last such chunk is read only if the stream ends with its reasoning open (``finish``).
 
-        Only the choices are decoded, not the envelope (the chunks to put before take the last normalized chunk's
-        envelope), so a rewriter passes the chunks between the reasoning and the answer on as they came, decoded
-        only this far. Same close as ``normalize`` gives (``_closing``).
-
-        Returns:
-            The chunks to send before ``data`` (an empty list: none), or ``None`` when the bytes are not a chunk
-            this reading decides (not JSON, no list of choice objects, an ``index`` that is not an integer):
-            ``normalize`` of the decoded chunk decides.
+        ``False`` for the chunk that ends reasoning, and for bytes this reading does not decide (not JSON, no list
+        of choice objects, an ``index`` that is not an integer): ``normalize`` of the decoded chunk then sends it
+        and what closes the reasoning before it (``_closing``), in that chunk's envelope.
         """
         try:
             chunk = _probe(data)
         except (msgspec.DecodeError, RecursionError):
-            return None
-        envelope = self._envelope
-        if envelope is None:
-            return None
-        if "usage" in envelope:
-            envelope = {**envelope, "usage": None}
-        out: list[dict[str, Any]] = []
+            return False
+        if self._envelope is None:
+            return False
+        choices = self._choices
         for choice in chunk.choices:
             if type(choice.index) is not int:
-                return None
-            state = self._choices.get(choice.index)
+                return False
+            state = choices.get(choice.index)
             delta = choice.delta
             if state is None or not state.open or type(delta) is not dict:  # (normalize reads only dict deltas)
                 continue
-            if choice.finish_reason is None and not _shows_output(delta):
-                continue
-            for entry in self._closing(state, {"index": choice.index, "delta": delta}):
-                out.append({**envelope, "choices": [entry]})
-        return out
+            if choice.finish_reason is not None or _shows_output(delta):
+                return False
+        if chunk.choices:  # ``normalize`` takes the envelope of a chunk with choices
+            self._passed = data
+        return True
 
     def _follows(self, choice: Any) -> bool:
         """Whether ``choice`` is normalized: a choice the normalizer reads (``_is_delta_choice``) of a choice index
@@ -789,7 +802,11 @@ class ChunkNormalizer:
     def _normalize_choice(self, choice: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The choice entries to send for ``choice`` (one per delta, in order), or ``UNCHANGED``."""
         delta: dict[str, Any] = choice["delta"]
-        state = self._choices[choice.get("index", 0)]
+        index = choice.get("index", 0)
+        states = self._choices
+        state = states.get(index)
+        if state is None:  # made when the choice first carries reasoning (or content, for a think splitter)
+            state = states[index] if states.think is not None or _holds_reasoning(delta) else _Choice()
         finishing = choice.get("finish_reason") is not None
         content = delta.get("content")
         splitter = state.splitter
@@ -1030,6 +1047,13 @@ class ChunkNormalizer:
         envelope = self._envelope
         if envelope is None:
             return []
+        if self._passed is not None:  # the last chunk ``leaves_open`` passed: its envelope
+            try:
+                passed = msgspec.json.decode(self._passed)
+            except (msgspec.DecodeError, RecursionError):
+                passed = None
+            if type(passed) is dict:
+                envelope = passed
         out: list[dict[str, Any]] = []
         for index, state in self._choices.items():
             entries: list[dict[str, Any]] = []

@@ -369,11 +369,9 @@ class SSERewriter:
             and (_BACKSLASH not in data or data.find(b"\\u") < 0)
             and (usage is None or not may_hold_usage(data))
         ):
-            if not self._normalizer.open_reasoning:
+            normalizer = self._normalizer
+            if not normalizer.open_reasoning or normalizer.leaves_open(data):  # else it ends reasoning: decoded
                 return raw
-            before = self._normalizer.close_before(data)  # open reasoning ends before the answer's first chunk
-            if before is not None:
-                return b"".join([b"data: " + codec.encode_lenient(chunk) + b"\n\n" for chunk in before]) + raw
         shape = self._shape
         one_line = len(raw) - len(data) <= _ONE_DATA_LINE
         if shape is not None and one_line:
