@@ -195,8 +195,9 @@ _KINDS = st.sampled_from(
 def _streams(draw: st.DrawFn) -> list[bytes]:
     events = []
     envelope = {"id": "d1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-    runs = draw(st.lists(st.tuples(_KINDS, st.integers(1, 20)), min_size=1, max_size=6))
-    for kind in [kind for kind, size in runs for _ in range(size)]:  # runs of one kind, as streams have them
+    # runs of one kind on one choice, as streams have them (``n`` > 1: choices 1 and 2 too, interleaved)
+    runs = draw(st.lists(st.tuples(_KINDS, st.integers(1, 20), st.sampled_from([0, 0, 1, 2])), min_size=1, max_size=6))
+    for kind, index in [(kind, index) for kind, size, index in runs for _ in range(size)]:
         text = draw(_TEXT)
         delta: dict[str, Any]
         if kind == "content":
@@ -227,7 +228,7 @@ def _streams(draw: st.DrawFn) -> list[bytes]:
             envelope = {**envelope, "created": draw(st.integers(1, 3))}
         body = {
             **envelope,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": "stop" if kind == "finish" else None}],
+            "choices": [{"index": index, "delta": delta, "finish_reason": "stop" if kind == "finish" else None}],
         }
         raw = event(body)
         if draw(st.integers(0, 9)) == 0:  # written with other bytes: spaces, an escape, another framing
