@@ -191,59 +191,87 @@ _KINDS = st.sampled_from(
 )
 
 
+def _delta(draw: st.DrawFn, kind: str) -> dict[str, Any]:
+    """The delta of one chunk of ``kind``, with a drawn text."""
+    text = draw(_TEXT)
+    if kind == "content":
+        return {"content": None, "reasoning_content": text}
+    if kind == "reasoning":
+        return {"reasoning": text, "channel": "analysis"}
+    if kind == "details":
+        entry = {"type": "reasoning.text", "text": text, **draw(st.sampled_from([{}, {"index": 0}, {"format": "f"}]))}
+        return {"reasoning": draw(st.sampled_from([None, ""])), "reasoning_details": [entry]}
+    if kind == "shown":
+        other = draw(st.sampled_from([text, text, "other"]))
+        return {"reasoning": text, "reasoning_details": [{"type": "reasoning.text", "text": other}]}
+    if kind == "tagged":
+        return {"content": text}
+    if kind == "answer":  # OpenRouter's answer chunks
+        return {"content": text, "reasoning": None, "reasoning_details": []}
+    if kind == "answer_after_content":  # DeepSeek's
+        return {"content": text, "reasoning_content": None}
+    if kind == "other":
+        return draw(st.sampled_from([{"content": "answer"}, {"role": "assistant"}, {}]))
+    return {}
+
+
+def _choice(draw: st.DrawFn, kind: str, index: int | None) -> dict[str, Any]:
+    """A choice of ``kind`` at ``index`` (``None``: no ``index`` key, which reads as 0)."""
+    choice = {"index": index, "delta": _delta(draw, kind), "finish_reason": "stop" if kind == "finish" else None}
+    if index is None:
+        del choice["index"]
+    return choice
+
+
+_LANES = st.sampled_from([1, 1, 1, 2, 2, 3]).flatmap(
+    lambda n: st.lists(st.tuples(_KINDS, st.sampled_from([0, 0, 0, 1, 2, None])), min_size=n, max_size=n)
+)
+"""The kind and choice index of a run's chunks, in turn: one choice, or ``n`` > 1 completions streaming alternately,
+each at its own point (one still reasoning, another answering), or stray chunks amid one choice's (``None``: the
+``index`` left out)."""
+_USAGE = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+
+
 @st.composite
 def _streams(draw: st.DrawFn) -> list[bytes]:
     events = []
-    envelope = {"id": "d1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-    # runs of one kind on one choice, as streams have them (``n`` > 1: choices 1 and 2 too, interleaved)
-    runs = draw(st.lists(st.tuples(_KINDS, st.integers(1, 20), st.sampled_from([0, 0, 1, 2])), min_size=1, max_size=6))
-    for kind, index in [(kind, index) for kind, size, index in runs for _ in range(size)]:
-        text = draw(_TEXT)
-        delta: dict[str, Any]
-        if kind == "content":
-            delta = {"content": None, "reasoning_content": text}
-        elif kind == "reasoning":
-            delta = {"reasoning": text, "channel": "analysis"}
-        elif kind == "details":
-            entry = {
-                "type": "reasoning.text",
-                "text": text,
-                **draw(st.sampled_from([{}, {"index": 0}, {"format": "f"}])),
-            }
-            delta = {"reasoning": draw(st.sampled_from([None, ""])), "reasoning_details": [entry]}
-        elif kind == "shown":
-            other = draw(st.sampled_from([text, text, "other"]))
-            delta = {"reasoning": text, "reasoning_details": [{"type": "reasoning.text", "text": other}]}
-        elif kind == "tagged":
-            delta = {"content": text}
-        elif kind == "answer":  # OpenRouter's answer chunks
-            delta = {"content": text, "reasoning": None, "reasoning_details": []}
-        elif kind == "answer_after_content":  # DeepSeek's
-            delta = {"content": text, "reasoning_content": None}
-        elif kind == "other":
-            delta = draw(st.sampled_from([{"content": "answer"}, {"role": "assistant"}, {}]))
-        else:
-            delta = {}
-        if draw(st.integers(0, 9)) == 0:
-            envelope = {**envelope, "created": draw(st.integers(1, 3))}
-        body = {
-            **envelope,
-            "choices": [{"index": index, "delta": delta, "finish_reason": "stop" if kind == "finish" else None}],
-        }
-        raw = event(body)
-        if draw(st.integers(0, 9)) == 0:  # written with other bytes: spaces, an escape, another framing
-            raw = draw(
-                st.sampled_from(
-                    [
-                        raw.replace(b'":"', b'": "'),
-                        raw.replace(b"\xc3\xaf", b"\\u00ef"),
-                        b"data:" + raw[5:],
-                        raw.replace(b"\n\n", b"\r\n\r\n"),
-                        b"id: 7\n" + raw,
-                    ]
+    envelope: dict[str, Any] = {"id": "d1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    if draw(st.integers(0, 3)) == 0:  # ``stream_options.include_usage``: every chunk has ``"usage": null``
+        envelope["usage"] = None
+    # runs of one kind on one choice, as streams have them, or of several kinds and choices in turn (``_LANES``)
+    runs = draw(st.lists(st.tuples(st.integers(1, 20), _LANES), min_size=1, max_size=6))
+    for size, lanes in runs:
+        for n in range(size):
+            kind, index = lanes[n % len(lanes)]
+            change = draw(st.integers(0, 15))
+            if change == 0:  # the envelope from this chunk on
+                envelope = {**envelope, "created": draw(st.integers(1, 3))}
+            choices = [_choice(draw, kind, index)]
+            if draw(st.integers(0, 7)) == 0:  # two choices in one chunk
+                second = draw(st.sampled_from([i for i in (0, 1, 2) if i != (index or 0)]))
+                choices.insert(draw(st.integers(0, 1)), _choice(draw, draw(_KINDS), second))
+            own = envelope
+            if change in (1, 2):  # this chunk's envelope alone (another server's, say)
+                own = {
+                    **envelope,
+                    **draw(st.sampled_from([{"created": 2}, {"created": 3}, {"system_fingerprint": "f"}])),
+                }
+            raw = event({**own, "choices": choices})
+            if draw(st.integers(0, 9)) == 0:  # written with other bytes: spaces, an escape, another framing
+                raw = draw(
+                    st.sampled_from(
+                        [
+                            raw.replace(b'":"', b'": "'),
+                            raw.replace(b"\xc3\xaf", b"\\u00ef"),
+                            b"data:" + raw[5:],
+                            raw.replace(b"\n\n", b"\r\n\r\n"),
+                            b"id: 7\n" + raw,
+                        ]
+                    )
                 )
-            )
-        events.append(raw)
+            events.append(raw)
+    if draw(st.booleans()):  # the usage chunk that ends a stream with ``stream_options.include_usage``
+        events.append(event({**envelope, "choices": [], "usage": _USAGE}))
     return [*events, b"data: [DONE]\n\n"]
 
 

@@ -126,6 +126,6 @@ class ChoiceProbe(msgspec.Struct, gc=False):
 
 
 class ChunkProbe(msgspec.Struct, gc=False):
-    """A view of a chat chunk's choices that skips its envelope (``chunks.ChunkNormalizer.close_before``)."""
+    """A view of a chat chunk's choices that skips its envelope (``chunks.ChunkNormalizer.leaves_open``)."""
 
     choices: list[ChoiceProbe]
