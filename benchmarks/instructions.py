@@ -26,10 +26,11 @@ Workloads (``--workloads`` picks some):
   (``reasoning.exclude``: reasoning chunks dropped), as the server workloads' request asks (per stream);
 - ``stream.openrouter_2000``: the spec-shaped stream with OpenRouter's answer chunks (``"reasoning": null,
   "reasoning_details": []`` beside ``content``), and ``stream.floor_openrouter_2000`` the same through the floor;
-- ``stream.deepseek``, ``stream.groq``, ``stream.claude``: the recorded streams of ``RECORDED`` (DeepSeek
-  reasoner, groq gpt-oss, OpenRouter Claude; ``../shared/fixtures/openai-chat``), cut into events, each through
-  one ``SSERewriter`` (per stream), and ``stream.floor_deepseek``, ``stream.floor_groq``, ``stream.floor_claude``
-  the same streams through the floor, as for ``stream.floor_2000``;
+- ``stream.deepseek``, ``stream.groq``, ``stream.claude``, ``stream.snowflake``: the recorded streams of
+  ``RECORDED`` (DeepSeek reasoner, groq gpt-oss, OpenRouter Claude, Snowflake Claude;
+  ``../shared/fixtures/openai-chat``), cut into events, each through one ``SSERewriter`` (per stream), and
+  ``stream.floor_deepseek``, ``stream.floor_groq``, ``stream.floor_claude``, ``stream.floor_snowflake`` the same
+  streams through the floor, as for ``stream.floor_2000``;
 - ``stream.anthropic_messages``, ``stream.openai_responses``: the recorded stream of each translated wire API
   (``payloads.NATIVE_STREAMS``), one event per chunk, through one ``NativeSSERewriter`` (per stream), as the
   ``stream.adapter.*`` rows time it.
@@ -97,6 +98,8 @@ WORKLOADS: dict[str, int] = {
     "stream.floor_groq": 60,
     "stream.claude": 60,
     "stream.floor_claude": 60,
+    "stream.snowflake": 60,
+    "stream.floor_snowflake": 60,
     "stream.anthropic_messages": 20,
     "stream.openai_responses": 4,
 }
@@ -125,6 +128,7 @@ RECORDED: dict[str, str] = {
     "deepseek": "deepseek-reasoner-reasoning-content",
     "groq": "groq-gpt-oss-120b-reasoning-tool-call",
     "claude": "openrouter-claude-sonnet-4.5-reasoning-details",
+    "snowflake": "snowflake-claude-sonnet-4.6-reasoning-details",
 }
 """The recorded-stream workloads' short names and their fixtures' stems (``payloads.fixture_streams``)."""
 
@@ -377,6 +381,7 @@ FLOOR_RATIOS = (
     ("stream.deepseek", "stream.floor_deepseek", FLOOR_TARGET_RECORDED),
     ("stream.groq", "stream.floor_groq", FLOOR_TARGET_RECORDED),
     ("stream.claude", "stream.floor_claude", FLOOR_TARGET_RECORDED),
+    ("stream.snowflake", "stream.floor_snowflake", FLOOR_TARGET_RECORDED),
 )
 """The targets of the request rows and the stream rows against their floors, in instructions (the timed rows,
 whose stream targets these are, are in ``inprocess``)."""

@@ -27,7 +27,7 @@ from benchmarks.payloads import spec_stream_events, split_events
 from numi_mw.core import codec
 from numi_mw.core.adapters import WIRE_APIS, Answer
 from numi_mw.core.chunks import UNCHANGED
-from numi_mw.core.response import NativeSSERewriter, ResponseOptions, SSERewriter
+from numi_mw.core.response import NativeSSERewriter, ResponseOptions, SSERewriter, may_hold_reasoning
 from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
 from numi_mw.core.think import ThinkTags
 from tests.conftest import SHARED, SHARED_ABSENT
@@ -217,7 +217,13 @@ _CHOICES = st.lists(
     max_size=2,
 )
 _ENVELOPES = st.sampled_from(
-    [{"id": "g", "model": "m"}, {"id": "g", "model": "m"}, {"id": "g2", "model": "other"}, {"id": "g", "usage": None}]
+    [
+        {"id": "g", "model": "m"},
+        {"id": "g", "model": "m"},
+        {"id": "g2", "model": "other"},
+        {"id": "g", "usage": None},
+        {"id": "g", "usage": {"completion_tokens": 3, "completion_tokens_details": {"reasoning_tokens": 2}}},
+    ]
 )
 
 
@@ -310,3 +316,45 @@ def test_the_chunks_that_close_reasoning_take_the_envelope_of_the_chunk_they_go_
     for events in ([start, both], [start, later]):
         stream = [*events, b"data: [DONE]\n\n"]
         assert _run(SSERewriter(ResponseOptions()), stream) == _run(ReferenceRewriter(ResponseOptions()), stream)
+
+
+# usage as OpenAI's API reference shows it ("The chat completion object"), which OpenRouter and DeepSeek send too
+_USAGE = (
+    b'"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0,'
+    b'"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,'
+    b'"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b'{"id":"c","object":"chat.completion.chunk","choices":[],' + _USAGE + b"}", False),
+        (b'{"id":"c","choices":[{"index":0,"delta":{"content":"Hi"}}],' + _USAGE + b"}", False),
+        (b'{"a":{"reasoning_tokens":1},"b":{"reasoning_tokens":2}}', False),
+        # a reasoning field after the count, before it, written with an escape
+        (b"{" + _USAGE + b',"choices":[{"index":0,"delta":{"reasoning":"r"}}]}', True),
+        (b'{"choices":[{"index":0,"delta":{"reasoning_content":"r"}}],' + _USAGE + b"}", True),
+        (b"{" + _USAGE + b',"choices":[{"index":0,"delta":{"\\u0072easoning":"r"}}]}', True),
+        # another key that starts so, and the word in a text: read, as any bytes that name it
+        (b'{"reasoning_tokens_total":1}', True),
+        (b'{"choices":[{"index":0,"delta":{"content":"no reasoning"}}]}', True),
+    ],
+)
+def test_a_reasoning_token_count_is_no_reasoning_field(data: bytes, expected: bool) -> None:
+    assert may_hold_reasoning(data) is expected
+    assert isinstance(msgspec.json.decode(data), dict)  # each is a JSON object
+
+
+def test_a_usage_chunk_with_a_reasoning_token_count_goes_as_it_came() -> None:
+    # after the reasoning closed, and while it is open (the chunk has no choice: it closes nothing)
+    usage = b'data: {"id":"c","object":"chat.completion.chunk","choices":[],' + _USAGE + b"}\n\n"
+    reasoning = _chunk(0, {"reasoning": "r"})
+    for events in ([reasoning, _chunk(0, {"content": "a"}), usage], [reasoning, usage]):
+        rewriter = SSERewriter(ResponseOptions())
+        out = [rewriter.feed(event) for event in events]
+        assert out[-1] is usage
+        done = [*events, b"data: [DONE]\n\n"]
+        assert b"".join(out) + rewriter.feed(done[-1]) + rewriter.finish() == _run(
+            ReferenceRewriter(ResponseOptions()), done
+        )

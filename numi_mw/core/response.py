@@ -161,11 +161,30 @@ def may_hold_usage(data: bytes) -> bool:
 def may_hold_reasoning(data: bytes) -> bool:
     """Whether the JSON bytes ``data`` may hold a reasoning field, decided without decoding.
 
-    Every field the response rules read contains ``reasoning``; a ``\\u`` escape could spell such a key, so
-    bytes with one count too. ``find`` and a one-byte ``in`` (a memchr) are used because ``bytes.__contains__``
-    with a longer needle is slower.
+    Every field the response rules read contains ``reasoning``: ``reasoning``, ``reasoning_content`` and
+    ``reasoning_details`` (spec 004 "Response fields"). ``reasoning_tokens"``, the key of the count in usage's
+    ``completion_tokens_details`` that OpenAI, OpenRouter and DeepSeek send with every answer, is none of them
+    (``counts_only``); usage accounting reads it, and asks ``may_hold_usage``. A ``\\u`` escape could spell such a
+    key, so bytes with one count too. ``find`` and a one-byte ``in`` (a memchr) are used because
+    ``bytes.__contains__`` with a longer needle is slower.
     """
-    return data.find(b"reasoning") >= 0 or (_BACKSLASH in data and data.find(b"\\u") >= 0)
+    at = data.find(b"reasoning")
+    return (at >= 0 and not counts_only(data, at)) or (_BACKSLASH in data and data.find(b"\\u") >= 0)
+
+
+_TOKENS = b'_tokens"'
+_REASONING_TOKENS = len(b'reasoning_tokens"')
+
+
+def counts_only(data: bytes, at: int) -> bool:
+    """Whether every ``reasoning`` in the JSON bytes ``data`` from ``at`` on (where ``data.find(b"reasoning")``
+    found the first) starts ``reasoning_tokens"``: a usage count's key or a string of that text, no reasoning
+    field (``may_hold_reasoning``)."""
+    while at >= 0:
+        if not data.startswith(_TOKENS, at + 9):
+            return False
+        at = data.find(b"reasoning", at + _REASONING_TOKENS)
+    return True
 
 
 _decode = codec.decoder.decode
@@ -365,7 +384,7 @@ class SSERewriter:
         # ``may_hold_reasoning`` written out: this runs once per event
         if (
             self._prefilter
-            and data.find(b"reasoning") < 0
+            and ((at := data.find(b"reasoning")) < 0 or (data.startswith(_TOKENS, at + 9) and counts_only(data, at)))
             and (_BACKSLASH not in data or data.find(b"\\u") < 0)
             and (usage is None or not may_hold_usage(data))
         ):
