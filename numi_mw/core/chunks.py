@@ -740,12 +740,15 @@ class ChunkNormalizer:
         (``data``'s own when unchanged, else a new one without a null ``reasoning_content``). The chunk closes
         that reasoning when it shows the answer (``_close_after_reasoning``). Same output as the general path."""
         state = self._choices.get(entry.get("index", 0))  # (no reasoning: no state made, ``_normalize_choice``)
-        entries = [entry]
         if state is not None and state.open and _shows_output(entry["delta"]):
-            entries = self._close_after_reasoning(state, entries)
-        if len(entries) == 1 and entry is data["choices"][0]:
+            # ``_close_after_reasoning`` of the one entry, which carries no reasoning: the closing goes before it
+            closing = self._closing(state, entry)
+            if closing:
+                closing.append(entry)
+                return _chunks_of(data, [closing])
+        if entry is data["choices"][0]:
             return UNCHANGED
-        return _chunks_of(data, [entries])
+        return _chunks_of(data, [[entry]])
 
     def leaves_open(self, data: bytes) -> bool:
         """Whether the chunk whose JSON bytes are ``data``, which carries no reasoning field (a stream rewriter knows
@@ -1076,17 +1079,24 @@ def _chunks_of(data: dict[str, Any], results: list[list[Any]]) -> list[dict[str,
     chunk when every choice has at most one entry (dropped when none is left and it carries no usage), else one
     chunk per entry, usage on the last. When ``data`` has one choice and its last entry is that very choice
     (unchanged, after chunks put before it), the last chunk is ``data`` itself, so its bytes can go as they came."""
-    if all(len(entries) <= 1 for entries in results):
+    if len(results) == 1:  # one choice, as most chunks have: no generator
+        entries = results[0]
+        if len(entries) > 1:
+            if entries[-1] is data["choices"][0]:
+                before = [{**data, "choices": [entry]} for entry in entries[:-1]]
+                if "usage" in data:
+                    for chunk in before:
+                        chunk["usage"] = None
+                return [*before, data]
+        elif entries:
+            return [{**data, "choices": [entries[0]]}]
+        else:
+            return [] if data.get("usage") is None else [{**data, "choices": []}]
+    elif all(len(entries) <= 1 for entries in results):
         kept = [entries[0] for entries in results if entries]
         if not kept and data.get("usage") is None:
             return []
         return [{**data, "choices": kept}]
-    if len(results) == 1 and results[0][-1] is data["choices"][0]:
-        before = [{**data, "choices": [entry]} for entry in results[0][:-1]]
-        if "usage" in data:
-            for chunk in before:
-                chunk["usage"] = None
-        return [*before, data]
     chunks = [{**data, "choices": [entry]} for entries in results for entry in entries]
     if "usage" in data:
         for chunk in chunks[:-1]:
