@@ -358,3 +358,33 @@ def test_a_usage_chunk_with_a_reasoning_token_count_goes_as_it_came() -> None:
         assert b"".join(out) + rewriter.feed(done[-1]) + rewriter.finish() == _run(
             ReferenceRewriter(ResponseOptions()), done
         )
+
+
+def test_a_chunk_a_shape_rewrites_after_one_passed_as_bytes_gives_the_stream_end_its_envelope() -> None:
+    # reasoning chunks of id "a" (from the fourth on, rewritten by a shape), a chunk of id "b" passed as its bytes
+    # while reasoning is open, then "a" again by the shape: the closing chunks at [DONE] take "a"'s envelope
+    reasoning = b'data: {"id":"a","choices":[{"index":0,"delta":{"reasoning":"r"}}]}\n\n'
+    usage = b'"usage":{"completion_tokens_details":{"reasoning_tokens":4}}'
+    for between in (
+        b'data: {"id":"b","choices":[{"index":0,"delta":{}}],' + usage + b"}\n\n",
+        b'data: {"id":"b","choices":[{"index":0,"delta":{}}]}\n\n',
+    ):
+        events = [reasoning] * 4 + [between, reasoning, b"data: [DONE]\n\n"]
+        out = _run(SSERewriter(ResponseOptions()), events)
+        assert out == _run(ReferenceRewriter(ResponseOptions()), events)
+        assert [msgspec.json.decode(event[6:]) for event in split_events(out)[6:8]] == [
+            {
+                "id": "a",
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]},
+                        "finish_reason": None,
+                    }
+                ],
+            },
+            {
+                "id": "a",
+                "choices": [{"index": 0, "delta": {"reasoning": None, "reasoning_details": []}, "finish_reason": None}],
+            },
+        ]

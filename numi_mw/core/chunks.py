@@ -339,6 +339,7 @@ class Repeat:
             if state.open or splitter is None or not splitter.takes_whole(text, "content"):
                 return False
             self.normalizer._envelope = self.envelope
+            self.normalizer._passed = None
             return True
         if not state.open or state.rebuilder.open_text != self.pos:
             return False
@@ -346,6 +347,7 @@ class Repeat:
             return False
         state.sent += 1
         self.normalizer._envelope = self.envelope
+        self.normalizer._passed = None
         return True
 
 
@@ -366,6 +368,7 @@ class AnswerRepeat(Repeat):
         if normalizer.open_reasoning:
             return False
         normalizer._envelope = self.envelope
+        normalizer._passed = None
         return True
 
 
@@ -379,6 +382,7 @@ class ExcludedRepeat(Repeat):
     def repeated(self, text: bytes) -> bool:
         """``True``: the fast path takes the fragment out as it did; the chunk's envelope is the last one."""
         self.normalizer._envelope = self.envelope
+        self.normalizer._passed = None
         return True
 
 
@@ -400,8 +404,8 @@ class ChunkNormalizer:
         self._choices = states = _ChoiceStates()
         states.think = think
         self._envelope: dict[str, Any] | None = None
-        # the JSON bytes of the last chunk ``leaves_open`` passed after the last one normalized, whose envelope the
-        # chunks that end the stream take (``finish``)
+        # the JSON bytes of the last chunk ``leaves_open`` passed after the last one normalized or rewritten by a
+        # shape (``Repeat.repeated``), whose envelope the chunks that end the stream take (``finish``)
         self._passed: bytes | None = None
         # set by the fast path when it extended the open text detail (``CONTENT_TEXT``, ...); its reader resets it
         self.repeat = 0
