@@ -388,3 +388,15 @@ def test_a_chunk_a_shape_rewrites_after_one_passed_as_bytes_gives_the_stream_end
                 "choices": [{"index": 0, "delta": {"reasoning": None, "reasoning_details": []}, "finish_reason": None}],
             },
         ]
+
+
+def test_a_passed_chunk_no_decoder_reads_leaves_the_stream_end_the_envelope_before_it() -> None:
+    # a chunk between the reasoning and the end whose choices read but whose envelope holds a number no float
+    # holds: decoding every chunk refuses it and keeps the envelope before it, "a", for the closing chunks
+    reasoning = b'data: {"id":"a","choices":[{"index":0,"delta":{"reasoning":"r"}}]}\n\n'
+    between = b'data: {"id":"b","x":1e400,"choices":[{"index":0,"delta":{}}]}\n\n'
+    events = [reasoning, between, b"data: [DONE]\n\n"]
+    out = _run(SSERewriter(ResponseOptions()), events)
+    assert out == _run(ReferenceRewriter(ResponseOptions()), events)
+    assert split_events(out)[1] == between
+    assert [msgspec.json.decode(event[6:])["id"] for event in split_events(out)[2:4]] == ["a", "a"]

@@ -172,6 +172,7 @@ def may_hold_reasoning(data: bytes) -> bool:
     return (at >= 0 and not counts_only(data, at)) or (_BACKSLASH in data and data.find(b"\\u") >= 0)
 
 
+_REASONING = len(b"reasoning")
 _TOKENS = b'_tokens"'
 _REASONING_TOKENS = len(b'reasoning_tokens"')
 
@@ -181,7 +182,7 @@ def counts_only(data: bytes, at: int) -> bool:
     found the first) starts ``reasoning_tokens"``: a usage count's key or a string of that text, no reasoning
     field (``may_hold_reasoning``)."""
     while at >= 0:
-        if not data.startswith(_TOKENS, at + 9):
+        if not data.startswith(_TOKENS, at + _REASONING):
             return False
         at = data.find(b"reasoning", at + _REASONING_TOKENS)
     return True
@@ -384,7 +385,10 @@ class SSERewriter:
         # ``may_hold_reasoning`` written out: this runs once per event
         if (
             self._prefilter
-            and ((at := data.find(b"reasoning")) < 0 or (data.startswith(_TOKENS, at + 9) and counts_only(data, at)))
+            and (
+                (at := data.find(b"reasoning")) < 0
+                or (data.startswith(_TOKENS, at + _REASONING) and counts_only(data, at))
+            )
             and (_BACKSLASH not in data or data.find(b"\\u") < 0)
             and (usage is None or not may_hold_usage(data))
         ):
