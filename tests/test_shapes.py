@@ -416,17 +416,32 @@ def test_where_the_text_of_an_excluded_chunk_stands(delta: dict[str, Any], kind:
 
 
 def test_the_answers_chunks_go_as_the_full_path_sends_them_exact_values() -> None:
-    # OpenRouter's answer chunks (reasoning fields that hold nothing) go as they came once the reasoning is closed;
-    # DeepSeek's lose their null reasoning_content (spec 004 "Streaming": one shape for every provider)
+    # OpenRouter's answer chunks (reasoning fields that hold nothing) go as they came once the reasoning is closed:
+    # the first three passed as their bytes, unread, the next read so that a shape is cut (from the seventh); with
+    # exclude they lose those fields, by a shape from the fifth; DeepSeek's lose their null reasoning_content
+    # (spec 004 "Streaming": one shape for every provider)
+    texts = (b"Two", b" plus", b" two", b" is", b' \\"four\\"', b".", b" It", b" is", b" even")
     openrouter = [
         b'data: {"id":"o","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
         b'{"role":"assistant","content":"%s","reasoning":null,"reasoning_details":[]},"finish_reason":null}]}\n\n'
         % text
-        for text in (b"Two", b" plus", b" two", b" is", b' \\"four\\"', b".")
+        for text in texts
     ]
+    out, rw = run(openrouter[:3])
+    assert out == [*openrouter[:3], b""]
+    assert rw._shape is None  # none was read
     out, rw = run(openrouter)
     assert out == [*openrouter, b""]
-    assert rw._shape is not None and rw._shape.hits == 3  # from the fourth
+    assert rw._shape is not None and rw._shape.hits == 3  # cut on the sixth
+    assert rw._lead is rw._shape
+    out, rw = run(openrouter[:6], exclude=True)
+    assert out == [
+        b'data: {"id":"o","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
+        b'{"role":"assistant","content":"%s"},"finish_reason":null}]}\n\n' % text
+        for text in texts[:6]
+    ] + [b""]
+    assert out == run(openrouter[:6], shapes=False, exclude=True)[0]
+    assert rw._shape is not None and rw._shape.hits == 2  # cut on the fourth (the first taken out is not counted)
     assert rw._lead is rw._shape
     answer = (
         b'data: {"id":"d1","object":"chat.completion.chunk","created":1,"model":"deepseek-reasoner",'
@@ -459,7 +474,8 @@ def test_an_answer_chunk_after_reopened_reasoning_closes_it_first() -> None:
             b'"delta":{' + delta + b'},"finish_reason":null}]}\n\n'
         )
 
-    answer = [chunk(b'"content":"%s","reasoning":null,"reasoning_details":[]' % t) for t in (b"a", b"b", b"c", b"d")]
+    # answer chunks that name an empty reasoning (OpenRouter's null ones pass as their bytes: no shape)
+    answer = [chunk(b'"content":"%s","reasoning":"","reasoning_details":[]' % t) for t in (b"a", b"b", b"c", b"d")]
     reasoning = chunk(b'"content":"","reasoning":"more","reasoning_details":[]')
     events = [*answer, reasoning, answer[0]]
     out, rw = run(events)
@@ -481,7 +497,7 @@ def test_a_try_at_an_answer_shape_makes_no_choice_state() -> None:
             b'"delta":{%s},"finish_reason":null}]}\n\n' % (index, delta)
         )
 
-    events = [chunk(0, b'"content":"%s","reasoning":null,"reasoning_details":[]' % t) for t in (b"a", b"b", b"c")]
+    events = [chunk(0, b'"content":"%s","reasoning":"","reasoning_details":[]' % t) for t in (b"a", b"b", b"c")]
     events += [chunk(1, b'"reasoning":"r1"'), chunk(0, b'"reasoning":"r0"'), b"data: [DONE]\n\n"]
     out, rw = run(events)
     assert out == run(events, shapes=False)[0]

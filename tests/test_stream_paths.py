@@ -24,10 +24,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.payloads import spec_stream_events, split_events
-from numi_mw.core import codec
+from numi_mw.core import codec, response
 from numi_mw.core.adapters import WIRE_APIS, Answer
 from numi_mw.core.chunks import UNCHANGED
-from numi_mw.core.response import NativeSSERewriter, ResponseOptions, SSERewriter, may_hold_reasoning
+from numi_mw.core.completion import normalize_completion
+from numi_mw.core.response import (
+    NativeSSERewriter,
+    ResponseOptions,
+    SSERewriter,
+    may_hold_reasoning,
+    normalize_completion_body,
+)
 from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
 from numi_mw.core.think import ThinkTags
 from tests.conftest import SHARED, SHARED_ABSENT
@@ -204,6 +211,10 @@ _DELTAS = st.sampled_from(
         {"role": "assistant"},
         {"content": "a", "reasoning": None, "reasoning_details": []},
         {"content": "", "reasoning": None, "reasoning_details": []},
+        {"reasoning": None},
+        {"reasoning_details": []},
+        {"content": "a", "reasoning": None},
+        {"content": "a", "reasoning": "", "reasoning_details": []},
         {"content": "a", "reasoning_content": None},
         {"content": "<think>t</think>a"},
         {"tool_calls": [{"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}]},
@@ -344,6 +355,106 @@ _USAGE = (
 def test_a_reasoning_token_count_is_no_reasoning_field(data: bytes, expected: bool) -> None:
     assert may_hold_reasoning(data) is expected
     assert isinstance(msgspec.json.decode(data), dict)  # each is a JSON object
+
+
+# an answer chunk as OpenRouter streams it (its recorded Claude stream): the two fields hold nothing
+_EMPTIES = b'{"id":"g","choices":[{"index":0,"delta":{"role":"assistant","content":"2 ","reasoning":null,"reasoning_details":[]}}]}'
+
+
+@pytest.mark.parametrize(
+    ("data", "shown", "excluded"),
+    [
+        (_EMPTIES, False, True),
+        (_EMPTIES[:-1] + b"," + _USAGE + b"}", False, True),
+        (b'{"choices":[{"index":0,"delta":{"reasoning":null}}]}', False, True),
+        (b'{"choices":[{"index":0,"delta":{"reasoning_details":[]}}]}', False, True),
+        (b'{"x_reasoning":null}', False, True),  # a key that ends so, with nothing in it
+        # anything else that follows: read
+        (_EMPTIES.replace(b'"reasoning":null', b'"reasoning": null'), True, True),
+        (_EMPTIES.replace(b"[]", b"[ ]"), True, True),
+        (_EMPTIES.replace(b"null", b'""'), True, True),
+        (_EMPTIES.replace(b"[]", b'[{"type":"reasoning.text","text":"r"}]'), True, True),
+        (b'{"choices":[{"index":0,"delta":{"content":"a","reasoning_content":null}}]}', True, True),
+        (b'{"choices":[{"index":0,"delta":{"reasoning":null,"reasoning_content":"r"}}]}', True, True),
+        (b'{"choices":[{"index":0,"delta":{"content":"a reasoning","reasoning":null}}]}', True, True),
+    ],
+)
+def test_reasoning_fields_that_hold_nothing_are_read_only_to_take_them_out(
+    data: bytes, shown: bool, excluded: bool
+) -> None:
+    # with the reasoning shown such a field goes as it came; with exclude it is taken out, so it is read
+    assert may_hold_reasoning(data) is shown
+    assert may_hold_reasoning(data, exclude=True) is excluded
+    assert isinstance(msgspec.json.decode(data), dict)
+
+
+def test_an_answer_chunk_whose_reasoning_fields_hold_nothing_goes_as_its_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # decoded are the reasoning chunk and the answer chunk that ends the reasoning; before it, an empty one has only
+    # its choices read (it may end the reasoning), and after it none is read at all
+    answer = b"data: " + _EMPTIES + b"\n\n"
+    empty = answer.replace(b'"2 "', b'""')
+    reasoning = _chunk(0, {"reasoning": "r"})
+    decoded: list[bytes] = []
+
+    def decode(data: bytes) -> Any:
+        decoded.append(data)
+        return msgspec.json.decode(data)
+
+    monkeypatch.setattr(response, "_decode", decode)
+    for events in ([reasoning, answer, empty, answer], [reasoning, empty, empty, answer, empty]):
+        decoded.clear()
+        rewriter = SSERewriter(ResponseOptions())
+        out = [rewriter.feed(event) for event in events]
+        assert decoded == [reasoning[6:-2], answer[6:-2]]
+        closed = events.index(answer)
+        assert all(sent is event for sent, event in zip(out[closed + 1 :], events[closed + 1 :], strict=True))
+        assert all(sent is event for sent, event in zip(out[1:closed], events[1:closed], strict=True))
+        done = [*events, b"data: [DONE]\n\n"]
+        assert b"".join(out) + rewriter.feed(done[-1]) + rewriter.finish() == _run(
+            ReferenceRewriter(ResponseOptions()), done
+        )
+        # with exclude they go without the two fields
+        excluded = _run(SSERewriter(ResponseOptions(exclude=True)), done)
+        assert b"reasoning" not in excluded
+        assert excluded == _run(ReferenceRewriter(ResponseOptions(exclude=True)), done)
+
+
+_MESSAGES = st.sampled_from(
+    [
+        {"role": "assistant", "content": "a", "reasoning": None, "reasoning_details": []},
+        {"role": "assistant", "content": "a", "reasoning": None},
+        {"role": "assistant", "content": None, "reasoning_details": []},
+        {"role": "assistant", "content": "a", "reasoning": "", "reasoning_details": []},
+        {"role": "assistant", "content": "a", "reasoning_content": None},
+        {"role": "assistant", "content": "a", "reasoning": "r", "reasoning_details": []},
+        {"role": "assistant", "content": "<think>t</think>a", "reasoning": None},
+    ]
+)
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+@settings(max_examples=200, deadline=None)
+@given(
+    messages=st.lists(_MESSAGES, min_size=1, max_size=3),
+    usage=st.sampled_from([{}, {"usage": {"completion_tokens_details": {"reasoning_tokens": 2}}}]),
+)
+def test_a_buffered_answer_whose_reasoning_fields_hold_nothing_gives_the_decoded_bytes(
+    option: str, messages: list[dict[str, Any]], usage: dict[str, Any]
+) -> None:
+    # normalize_completion_body passes such a body as it came only where decoding it changes nothing
+    options = OPTIONS[option]
+    body = msgspec.json.encode(
+        {
+            "id": "c",
+            "choices": [{"index": i, "message": m, "finish_reason": "stop"} for i, m in enumerate(messages)],
+            **usage,
+        }
+    )
+    value = msgspec.json.decode(body)
+    changed = normalize_completion(value, exclude=options.exclude, think=options.think)
+    assert normalize_completion_body(body, options) == (codec.encode(value) if changed else body)
 
 
 def test_a_usage_chunk_with_a_reasoning_token_count_goes_as_it_came() -> None:

@@ -755,11 +755,12 @@ class ChunkNormalizer:
         return _chunks_of(data, [[entry]])
 
     def leaves_open(self, data: bytes) -> bool:
-        """Whether the chunk whose JSON bytes are ``data``, which carries no reasoning field (a stream rewriter knows
-        it from its bytes), leaves as it came and ends no open reasoning (``open_reasoning``): none of its choices
-        whose reasoning is open shows the answer or finishes. Only the choices are decoded, not the envelope, so a
-        rewriter passes the chunks between the reasoning and the answer as they came, decoded only this far; the
-        envelope of the last such chunk is read only if the stream ends with its reasoning open (``finish``).
+        """Whether the chunk whose JSON bytes are ``data``, which carries no reasoning field that holds something (a
+        stream rewriter knows it from its bytes, ``response.may_hold_reasoning``), leaves as it came and ends no
+        open reasoning (``open_reasoning``): none of its choices whose reasoning is open shows the answer or
+        finishes. Only the choices are decoded, not the envelope, so a rewriter passes the chunks between the
+        reasoning and the answer as they came, decoded only this far; the envelope of the last such chunk is read
+        only if the stream ends with its reasoning open (``finish``).
 
         ``False`` for the chunk that ends reasoning, and for bytes this reading does not decide (not JSON, no list
         of choice objects, an ``index`` that is not an integer): ``normalize`` of the decoded chunk then sends it
