@@ -37,6 +37,7 @@ from numi_mw.core.response import (
 )
 from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
 from numi_mw.core.think import ThinkTags
+from numi_mw.core.usage import UsageRules, account_completion
 from tests.conftest import SHARED, SHARED_ABSENT
 from tests.response_support import frame_jsonl, general_path_only
 
@@ -45,12 +46,13 @@ FIXTURES = SHARED / "fixtures"
 
 class ReferenceRewriter:
     """``SSERewriter``'s rules with no fast path: each event decoded by ``SSEDecoder.feed`` and, when it has data
-    other than ``[DONE]``, decoded in full (the standard library for what msgspec refuses), normalized by the
-    general path and written back; an unchanged chunk goes as its bytes."""
+    other than ``[DONE]``, decoded in full (the standard library for what msgspec refuses), its usage accounted
+    (``options.usage``), normalized by the general path and written back; an unchanged chunk goes as its bytes."""
 
     def __init__(self, options: ResponseOptions) -> None:
         self.decoder = SSEDecoder()
         self.normalizer = general_path_only(exclude=options.exclude, think=options.think)
+        self.usage = options.usage
         self.done = False
 
     def feed(self, chunk: bytes) -> bytes:
@@ -87,10 +89,13 @@ class ReferenceRewriter:
             value, encode = codec.fallback(data)
             if value is codec.UNDECODABLE:
                 return event.raw
+        accounted = self.usage is not None and account_completion(value, self.usage)
         chunks = self.normalizer.normalize(value)
         if chunks is UNCHANGED:
-            return event.raw
-        last = data if len(chunks) > 1 and chunks[-1] is value else None
+            if not accounted:
+                return event.raw
+            chunks = [value]
+        last = data if len(chunks) > 1 and chunks[-1] is value and not accounted else None
         encoded = [encode(chunk) for chunk in (chunks[:-1] if last is not None else chunks)]
         if last is not None:
             encoded.append(last)
@@ -131,10 +136,13 @@ def _run(rewriter: Any, pieces: list[bytes]) -> bytes:
 
 CHAT = _streams("openai-chat")
 TAGS = _streams("think-tags")
+_ACCOUNTING = UsageRules(reasoning_outside_completion=True)  # (``ProviderRules.reasoning_outside_completion``)
 OPTIONS = {
     "default": ResponseOptions(),
     "exclude": ResponseOptions(exclude=True),
     "think": ResponseOptions(think=ThinkTags()),
+    "usage": ResponseOptions(usage=_ACCOUNTING),
+    "usage and exclude": ResponseOptions(exclude=True, usage=_ACCOUNTING),
 }
 
 
@@ -454,6 +462,8 @@ def test_a_buffered_answer_whose_reasoning_fields_hold_nothing_gives_the_decoded
     )
     value = msgspec.json.decode(body)
     changed = normalize_completion(value, exclude=options.exclude, think=options.think)
+    if options.usage is not None and account_completion(value, options.usage):
+        changed = True
     assert normalize_completion_body(body, options) == (codec.encode(value) if changed else body)
 
 
