@@ -453,30 +453,31 @@ def test_the_byte_look_at_a_detail_list_never_misses_a_field_over_its_limit(
         assert spliced.may_exceed(data, SMALL_LIMITS)
 
 
-@pytest.mark.parametrize(
-    ("data", "expected"),
-    [
-        (b'[{"type":"reasoning.encrypted","data":"0123456789ab","signature":"abc"}]', False),  # at the limits
-        (b'[{"data" :\n "0123456789abc"}]', True),  # one over
-        (b'[{"signature":"abcd"}]', True),
-        (b'[{"x":{"signature":"abcd"}}]', True),  # nesting is not followed: the decode decides
-        (b'[{"sign":"abcdefghijklmnop","text":"a:b,{c}"}]', False),
-        (b'[{"sig\\u006eature":"abcd"}]', True),  # a long value of a key written with an escape: the decode decides
-        (b'[{"d\\u0061ta":"ab"}]', False),  # a short one: within every limit, however its key is written
-        (b'[{"data":"ab\\"cdefghij"}]', False),  # an escaped quote is inside its string: 12 bytes between quotes
-        (b'[{"data":"ab\\"cdefghijk"}]', True),  # 13 between them (12 decoded, at the limit): the decode decides
-        (b'[{"x":"\\\\","data":"0123456789ab"}]', False),  # an escaped backslash before a quote that closes
-        (b'[{"x":"\\\\","data":"0123456789abc"}]', True),
-        (b'[{"x":"\\"data\\":\\"0123456789abcdef"}]', False),  # a field written inside a string is no field
-        (b'[{"text":"a\\n\\n\\n\\n"}]', True),  # 9 bytes between the quotes (5 decoded): the bytes are an upper bound
-        (b'[{"x":"' + b"\\\\" * 31 + b'","data":"0123456789ab"}]', False),  # a run of 62 backslashes is read
-        (b'[{"x":"' + b"\\\\" * 32 + b'","data":"0123456789ab"}]', True),  # one of 64 is not: the decode decides
-        (b'["abcdefghijklmnop"]', False),  # an array's item is no field
-        (b'[{"abcdefghijklmnop":1}]', False),  # a long key is no value
-        (b'[{"text":"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"}]', True),  # 10 bytes of UTF-8: over 8
-        (b'[{"text":"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"}]', False),  # 8 bytes
-    ],
-)
+HANDED_DETAIL_LISTS: list[tuple[bytes, bool]] = [
+    (b'[{"type":"reasoning.encrypted","data":"0123456789ab","signature":"abc"}]', False),  # at the limits
+    (b'[{"data" :\n "0123456789abc"}]', True),  # one over
+    (b'[{"signature":"abcd"}]', True),
+    (b'[{"x":{"signature":"abcd"}}]', True),  # nesting is not followed: the decode decides
+    (b'[{"sign":"abcdefghijklmnop","text":"a:b,{c}"}]', False),
+    (b'[{"sig\\u006eature":"abcd"}]', True),  # a long value of a key written with an escape: the decode decides
+    (b'[{"d\\u0061ta":"ab"}]', False),  # a short one: within every limit, however its key is written
+    (b'[{"data":"ab\\"cdefghij"}]', False),  # an escaped quote is inside its string: 12 bytes between quotes
+    (b'[{"data":"ab\\"cdefghijk"}]', True),  # 13 between them (12 decoded, at the limit): the decode decides
+    (b'[{"x":"\\\\","data":"0123456789ab"}]', False),  # an escaped backslash before a quote that closes
+    (b'[{"x":"\\\\","data":"0123456789abc"}]', True),
+    (b'[{"x":"\\"data\\":\\"0123456789abcdef"}]', False),  # a field written inside a string is no field
+    (b'[{"text":"a\\n\\n\\n\\n"}]', True),  # 9 bytes between the quotes (5 decoded): the bytes are an upper bound
+    (b'[{"x":"' + b"\\\\" * 31 + b'","data":"0123456789ab"}]', False),  # a run of 62 backslashes is read
+    (b'[{"x":"' + b"\\\\" * 32 + b'","data":"0123456789ab"}]', True),  # one of 64 is not: the decode decides
+    (b'["abcdefghijklmnop"]', False),  # an array's item is no field
+    (b'[{"abcdefghijklmnop":1}]', False),  # a long key is no value
+    (b'[{"text":"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"}]', True),  # 10 bytes of UTF-8: over 8
+    (b'[{"text":"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"}]', False),  # 8 bytes
+]
+"""Detail lists with ``may_exceed``'s answer under ``SMALL_LIMITS``."""
+
+
+@pytest.mark.parametrize(("data", "expected"), HANDED_DETAIL_LISTS)
 def test_the_byte_look_at_a_detail_list_on_handed_bytes(data: bytes, expected: bool) -> None:
     assert spliced.may_exceed(data, SMALL_LIMITS) is expected
 
@@ -493,9 +494,13 @@ def test_the_8mb_bodys_encrypted_detail_is_read_once() -> None:
 
 
 def test_the_limits_of_a_large_body_are_read_from_the_body_itself(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The 8 MB body on the spliced path: one look at the body's own bytes answers for its 6 MB detail list, which
-    is not copied out to be looked at alone."""
+    """The 8 MB body on the spliced path: the walk over the body's own quotes, taken while its UTF-8 is checked,
+    answers for its 6 MB detail list, which is neither walked again nor copied out to be looked at alone."""
     body = payloads.body_8mb()
+    decoded = spliced.decode(body)
+    assert decoded is not None
+    assert decoded[1] is True  # every limited field within its limit, as the walk in one stretch says
+    assert not spliced.may_exceed(body, spliced._FIELD_LIMITS, **spliced._BODY_WALK)
     looked: list[int] = []
     may_exceed = spliced.may_exceed
 
@@ -506,7 +511,87 @@ def test_the_limits_of_a_large_body_are_read_from_the_body_itself(monkeypatch: p
     monkeypatch.setattr(spliced, "may_exceed", recording)
     prepared = prepare_request(body, fixed_route(PROVIDERS["openrouter"]))
     assert prepared.changed
-    assert looked == [len(body)]
+    assert looked == []
+
+
+def test_the_body_is_walked_only_when_a_detail_list_is_over_the_smallest_limit() -> None:
+    """``spliced.decode`` walks a body's quotes only where ``check_limits`` would: a body over 1 MiB with a
+    ``reasoning_details`` list over 1 MiB. A signature one byte over its 1 MiB limit is found there, and the body
+    is refused with the field's path, as the full decode refuses it."""
+    over = "A" * ((1 << 20) + 1)
+    detail = {"type": "reasoning.text", "text": "t", "signature": over}
+    assistant = {"role": "assistant", "content": "x", "reasoning_details": [detail]}
+    large = json.dumps({"model": "m", "messages": [{"role": "user", "content": "q"}, assistant]}).encode()
+    decoded = spliced.decode(large)
+    assert decoded is not None and decoded[1] is False
+    with pytest.raises(ApiError) as refused:
+        prepare_request(large, fixed_route(PROVIDERS["openrouter"]))
+    with pytest.raises(ApiError) as reference_refused:
+        reference(large, fixed_route(PROVIDERS["openrouter"]))
+    assert (refused.value.status, refused.value.param) == (400, "messages[1].reasoning_details[0].signature")
+    assert (refused.value.status, refused.value.param) == (
+        reference_refused.value.status,
+        reference_refused.value.param,
+    )
+    text_only = json.dumps({"model": "m", "messages": [{"role": "user", "content": over}]}).encode()
+    small = json.dumps({"model": "m", "messages": [assistant | {"reasoning_details": [{"signature": "s"}]}]}).encode()
+    for body in (text_only, small):
+        decoded = spliced.decode(body)
+        assert decoded is not None and decoded[1] is None
+
+
+@pytest.mark.parametrize("stretch", [1, 2, 3, 7, 64])
+def test_a_walk_taken_in_stretches_answers_as_the_walk_whole(stretch: int) -> None:
+    """``QuoteWalk`` fed the handed detail lists above a few bytes at a time (as ``codec.utf8_stretches`` hands it the
+    stretches it has checked) gives each one's answer: quotes, escapes and runs of backslashes cut at any byte."""
+    for data, expected in HANDED_DETAIL_LISTS:
+        walk = spliced.QuoteWalk(data)
+        for start in range(0, len(data), stretch):
+            walk.take(start, min(start + stretch, len(data)))
+        assert walk.may_exceed(SMALL_LIMITS) is expected, data
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    details=st.lists(st.one_of(DETAIL, DETAIL, DETAIL_VALUE), min_size=1, max_size=3),
+    style=STYLE,
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
+    max_quotes=st.integers(min_value=0, max_value=40),
+    bytes_per_quote=st.sampled_from([0, 1, 8, 64]),
+)
+def test_a_walk_in_any_stretches_is_may_exceed(
+    details: list[Any], style: tuple[str, str, bool], cuts: list[int], max_quotes: int, bytes_per_quote: int
+) -> None:
+    """Cut anywhere, with any bound on the quotes walked: the same answer as ``may_exceed`` in one walk."""
+    data = dump(details, style).encode()
+    walk = spliced.QuoteWalk(data, max_quotes=max_quotes, bytes_per_quote=bytes_per_quote)
+    start = 0
+    for stop in sorted({min(cut, len(data)) for cut in cuts} | {len(data)}):
+        walk.take(start, stop)
+        start = stop
+    whole = spliced.may_exceed(data, SMALL_LIMITS, max_quotes=max_quotes, bytes_per_quote=bytes_per_quote)
+    assert walk.may_exceed(SMALL_LIMITS) is whole
+
+
+def test_the_utf8_check_hands_each_stretch_it_checked() -> None:
+    """``codec.utf8_stretches``'s ``visit``: each 64 KiB stretch once it is valid, the one a two-byte character crosses
+    ending before that character; a small body in one stretch; none after an invalid byte."""
+    chunk = codec.UTF8_CHUNK_BYTES
+    data = b"a" * (chunk - 1) + "\u00e9".encode() + b"b" * 100
+    seen: list[tuple[int, int]] = []
+    assert codec.utf8_stretches(data, lambda start, stop: seen.append((start, stop)))
+    assert seen == [(0, chunk - 1), (chunk - 1, chunk + 101)]
+    seen.clear()
+    assert codec.utf8_stretches("caf\u00e9".encode(), lambda start, stop: seen.append((start, stop)))
+    assert seen == [(0, 5)]
+    seen.clear()
+    assert not codec.utf8_stretches(
+        b"a" * chunk + b"\xff" + b"a" * chunk, lambda start, stop: seen.append((start, stop))
+    )
+    assert seen == [(0, chunk)]
+    seen.clear()
+    assert not codec.utf8_stretches(b"caf\xe9", lambda start, stop: seen.append((start, stop)))
+    assert seen == []
 
 
 def test_escaped_quotes_count_against_the_walk() -> None:

@@ -63,13 +63,8 @@ _utf8_decode = codecs.utf_8_decode
 
 
 def is_utf8(data: bytes) -> bool:
-    """Whether ``data`` is valid UTF-8, decoded a chunk at a time (``UTF8_CHUNK_BYTES``) and nothing kept.
-
-    Each chunk is decoded straight from a view of ``data`` (no copy); a sequence a chunk boundary cuts is left
-    to the next chunk, which starts where the decoder stopped. A large body is not first tested for ASCII:
-    that scan reads the whole body again when its first non-ASCII byte comes late, and the decode of an ASCII
-    chunk costs little more than the test (callgrind, the harness's 8 MB body).
-    """
+    """Whether ``data`` is valid UTF-8, nothing kept: a small body at once, a larger one a chunk at a time
+    (``utf8_stretches``)."""
     if len(data) <= UTF8_CHUNK_BYTES:
         if data.isascii():
             return True
@@ -78,12 +73,33 @@ def is_utf8(data: bytes) -> bool:
         except UnicodeDecodeError:
             return False
         return True
+    return utf8_stretches(data)
+
+
+def utf8_stretches(data: bytes, visit: Callable[[int, int], None] | None = None) -> bool:
+    """Whether ``data`` is valid UTF-8, decoded a chunk at a time (``UTF8_CHUNK_BYTES``) and nothing kept.
+
+    Each chunk is decoded straight from a view of ``data`` (no copy); a sequence a chunk boundary cuts is left
+    to the next chunk, which starts where the decoder stopped. A large body is not first tested for ASCII:
+    that scan reads the whole body again when its first non-ASCII byte comes late, and the decode of an ASCII
+    chunk costs little more than the test (callgrind, the harness's 8 MB body).
+
+    Args:
+        data: the bytes to check.
+        visit: called with the start and end offsets of each stretch of ``data`` once it is found valid, in
+            order and together covering ``data`` up to the first invalid stretch: another scan of the same bytes
+            reads each stretch while it is still in the CPU's cache, instead of reading the whole body from
+            memory once more (``spliced.decode``).
+    """
     view = memoryview(data)
     start, size = 0, len(data)
     try:
         while start < size:
             stop = start + UTF8_CHUNK_BYTES
-            start += _utf8_decode(view[start:stop], "strict", stop >= size)[1]
+            done = _utf8_decode(view[start:stop], "strict", stop >= size)[1]
+            if visit is not None:
+                visit(start, start + done)
+            start += done
     except UnicodeDecodeError:
         return False
     return True

@@ -280,23 +280,27 @@ def prepare_spliced(body: bytes, route: Route) -> PreparedRequest | None:
     Raises:
         ApiError: what ``prepare_request`` raises for the same body on the same route.
     """
-    data = spliced.decode(body)
-    if data is None:
+    decoded = spliced.decode(body)
+    if decoded is None:
         return None
+    data, body_shows = decoded
     try:
-        return _prepare_partly(body, data, route, messages=True)
+        return _prepare_partly(body, data, route, messages=True, body_shows=body_shows)
     except msgspec.DecodeError:  # a value the rules read that the first pass only skipped: a number no float holds
         return None
 
 
-def _prepare_partly(body: bytes, data: dict[str, Any], route: Route, *, messages: bool) -> PreparedRequest:
+def _prepare_partly(
+    body: bytes, data: dict[str, Any], route: Route, *, messages: bool, body_shows: bool | None = None
+) -> PreparedRequest:
     """The pipeline on a body ``spliced`` decoded partly: the controls, then (``messages``) the history rules
-    through ``spliced.prepare_messages``; encoded with every ``Raw`` as its bytes, or ``body`` when unchanged."""
+    through ``spliced.prepare_messages`` (``body_shows``: ``spliced.decode``'s answer for the detail limits);
+    encoded with every ``Raw`` as its bytes, or ``body`` when unchanged."""
     controls, changed = fold_controls(data)
     notes: list[str] = []
     if prepare_controls(data, controls, route, notes):
         changed = True
-    if messages and "messages" in data and spliced.prepare_messages(data["messages"], route, body):
+    if messages and "messages" in data and spliced.prepare_messages(data["messages"], route, body, body_shows):
         changed = True
     stream = data.get("stream") is True
     return PreparedRequest(spliced.encode(data) if changed else body, changed, controls, stream, route, None, notes)

@@ -26,7 +26,7 @@ from typing import Any, Union
 
 import msgspec
 
-from numi_mw.core.codec import is_utf8
+from numi_mw.core.codec import is_utf8, utf8_stretches
 from numi_mw.core.details import MAX_DATA_BYTES, MAX_SIGNATURE_BYTES, MAX_TEXT_BYTES, check_detail_limits
 from numi_mw.core.fields import HELD_FIELD, HELD_REASONING_FIELDS, PLAIN_FIELDS, THINKING_BLOCKS
 from numi_mw.core.history import ABSENT, EMPTY, TEXT, apply_table, normalize_messages
@@ -79,25 +79,37 @@ _REASONING_KEYS = frozenset((*HELD_REASONING_FIELDS, HELD_FIELD))
 any message one)."""
 
 
-def decode(body: bytes) -> dict[str, Any] | None:
+def decode(body: bytes) -> tuple[dict[str, Any], bool | None] | None:
     """The top level of a request ``body`` as builtins, with every object of a top-level array a
     ``dict[str, msgspec.Raw]``; ``None`` when the body is not that (not JSON, not UTF-8, not an object, a
     ``messages`` that is not an array of objects, a number no float holds at the top level): the full decode
     then decides, and refuses it with the error it always gave (``codec.decode_object``,
-    ``history.prepare_messages``)."""
+    ``history.prepare_messages``).
+
+    Returns:
+        The top level, and whether the body's quotes show every reasoning detail field within its size limit
+        (``not may_exceed`` of the whole body, ``check_limits``'s ``body_shows``) when a message holds a detail
+        list over the smallest limit, else ``None``. That walk is taken in the stretches the UTF-8 check has just
+        read (``QuoteWalk``), so a large body is read from memory once for both.
+    """
     try:
         data = _decoder.decode(body)
     except (msgspec.DecodeError, RecursionError):
         return None
-    if not is_utf8(body):  # msgspec does not check the strings it keeps as Raw
-        return None
     messages = data.get("messages", [])
     if type(messages) is not list:
         return None
+    big = len(body) > MAX_SIGNATURE_BYTES  # no detail can be over a limit in a smaller body
+    walk = None
     for message in messages:
         if type(message) is not dict:
             return None
-    return data
+        if big and walk is None and _large_list(message.get("reasoning_details")):
+            walk = QuoteWalk(body, **_BODY_WALK)
+    # msgspec does not check the strings it keeps as Raw
+    if not (is_utf8(body) if walk is None else utf8_stretches(body, walk.take)):
+        return None
+    return data, None if walk is None else not walk.may_exceed(_FIELD_LIMITS)
 
 
 def decode_top(body: bytes) -> dict[str, Any] | None:
@@ -141,7 +153,7 @@ def _read_keys(route: Route) -> tuple[str, ...]:
     return tuple(keys)
 
 
-def prepare_messages(messages: list[dict[str, Any]], route: Route, body: bytes) -> bool:
+def prepare_messages(messages: list[dict[str, Any]], route: Route, body: bytes, body_shows: bool | None = None) -> bool:
     """Spec 000's message preparation filter and spec 004's reasoning / reasoning_content table on the messages
     of a body from ``decode``, in place, then the detail size limits on what goes upstream; the history rules
     themselves are ``history.prepare_messages`` and ``history.normalize_messages``.
@@ -152,6 +164,7 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body: bytes) 
         route: the request's route.
         body: the request body ``messages`` came from (no detail can be over its limit in a body of at most
             1 MiB; a larger one is where ``check_limits`` looks first).
+        body_shows: ``decode``'s answer for the body's detail fields, when it has one (``check_limits``).
 
     Returns:
         Whether any message changed.
@@ -163,7 +176,7 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body: bytes) 
     metadata = HELD_FIELD in keys or _has_metadata(keys)
     if not metadata and route.keeps_details:  # the filter keeps every message: only the table can change one
         changed = not keys.isdisjoint(PLAIN_FIELDS) and _apply_table(messages, route.rules.reasoning_field, keys)
-        check_limits(messages, body)
+        check_limits(messages, body, body_shows)
         return changed
     if metadata:
         pending = _pending(messages)
@@ -174,7 +187,7 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body: bytes) 
             if not message.keys().isdisjoint(_REASONING_KEYS) and _is_assistant(message.get("role"))
         ]
     if not pending:
-        check_limits(messages, body)
+        check_limits(messages, body, body_shows)
         return False
     read: tuple[str, ...] = ()
     found: list[int] = []
@@ -200,7 +213,7 @@ def prepare_messages(messages: list[dict[str, Any]], route: Route, body: bytes) 
         if out is not view or changed:
             messages[i] = _spliced(back, out)
     changed = changed or filtered is not views
-    check_limits(messages, body)
+    check_limits(messages, body, body_shows)
     return changed
 
 
@@ -268,7 +281,7 @@ def _spliced(back: dict[int, tuple[Any, Raw]], out: dict[str, Any]) -> dict[str,
     return spliced
 
 
-def check_limits(messages: list[dict[str, Any]], body: bytes) -> None:
+def check_limits(messages: list[dict[str, Any]], body: bytes, body_shows: bool | None = None) -> None:
     """``details.check_detail_limits`` on messages from ``prepare_messages``, decoding only the detail fields
     whose raw bytes are over their limit: a JSON string's UTF-8 size never exceeds its encoded length (an escape
     is at least as long as what it stands for), so a shorter one cannot be over it.
@@ -281,6 +294,8 @@ def check_limits(messages: list[dict[str, Any]], body: bytes) -> None:
     Args:
         messages: the messages, each a dict whose ``reasoning_details`` is a ``Raw``, a decoded list or absent.
         body: the request body the ``Raw`` values are slices of.
+        body_shows: ``not may_exceed`` of the whole body when the caller has walked it already (``decode``
+            does, while it checks the body's UTF-8); ``None``: asked here, at the first large list.
 
     Raises:
         ApiError: what ``check_detail_limits`` raises, for the same field.
@@ -288,14 +303,13 @@ def check_limits(messages: list[dict[str, Any]], body: bytes) -> None:
     if len(body) <= MAX_SIGNATURE_BYTES:
         return
     checked: list[Any] | None = None
-    body_shows: bool | None = None  # whether ``body`` shows every ``Raw`` list within its limits (asked once)
     for i, message in enumerate(messages):
         details = message.get("reasoning_details")
         if type(details) is Raw:
             raw: Raw = details
-            if len(raw) <= MAX_SIGNATURE_BYTES or memoryview(raw)[0] != _BRACKET:
+            if not _large_list(raw):
                 continue  # small, or no list (not this check's business, as in ``check_detail_limits``)
-            if body_shows is None:
+            if body_shows is None:  # whether ``body`` shows every ``Raw`` list within its limits (asked once)
                 body_shows = not may_exceed(body, _FIELD_LIMITS, **_BODY_WALK)
             if body_shows or not may_exceed(bytes(memoryview(raw)), _FIELD_LIMITS):
                 continue
@@ -335,32 +349,82 @@ def may_exceed(data: bytes, limits: Mapping[bytes, int], *, max_quotes: int = 10
             passed: a body of many short strings is left to the decode after its first few, where walking it
             would cost more than looking at its large detail lists alone.
     """
-    smallest = min(limits.values())
-    quotes: list[int] = []
-    visited = 0  # quotes found, escaped ones too: each costs the walk a step
-    at = data.find(b'"')
-    while at >= 0:
-        if visited >= max_quotes + (at // bytes_per_quote if bytes_per_quote else 0):
-            return True  # many strings: the decode costs less than walking them
-        visited += 1
-        if at and data[at - 1] == _BACKSLASH:
-            escaped = _escaped(data, at)
-            if escaped is None:
-                return True  # a run of backslashes too long to read here
-            if escaped:
-                at = data.find(b'"', at + 1)
-                continue
-        quotes.append(at)
-        at = data.find(b'"', at + 1)
-    for k in range(2, len(quotes), 2):
-        size = quotes[k + 1] - quotes[k] - 1
-        if size <= smallest or data[quotes[k - 1] + 1 : quotes[k]].strip() != b":":
-            continue  # short, or not a value (a key, an array's item): no detail field
-        key = data[quotes[k - 2] + 1 : quotes[k - 1]]  # the key before the colon
-        limit = limits.get(key)
-        if (limit is not None and size > limit) or (limit is None and b"\\" in key):
+    walk = QuoteWalk(data, max_quotes=max_quotes, bytes_per_quote=bytes_per_quote)
+    walk.take(0, len(data))
+    return walk.may_exceed(limits)
+
+
+class QuoteWalk:
+    """``may_exceed``'s walk over the quotes of ``data``, taken a stretch at a time: ``take`` each stretch in order
+    (together covering ``data``), then ask ``may_exceed``. Walked in one stretch it is ``may_exceed`` itself; in
+    the stretches ``codec.utf8_stretches`` has just checked (its ``visit``), each stretch's quotes are found while its
+    bytes are still in the CPU's cache, so that a large body is read from memory once for both (``decode``).
+
+    Args:
+        data: JSON bytes (valid JSON, valid UTF-8 once every stretch is taken).
+        max_quotes: as for ``may_exceed``.
+        bytes_per_quote: as for ``may_exceed``.
+    """
+
+    __slots__ = ("bytes_per_quote", "data", "max_quotes", "over", "quotes", "visited")
+
+    def __init__(self, data: bytes, *, max_quotes: int = 1024, bytes_per_quote: int = 0) -> None:
+        self.data = data
+        self.max_quotes = max_quotes
+        self.bytes_per_quote = bytes_per_quote
+        self.quotes: list[int] = []  # the quotes that open or close a string
+        self.visited = 0  # quotes found, escaped ones too: each costs the walk a step
+        self.over = False  # the walk stopped: its answer is left to the decode
+
+    def take(self, start: int, stop: int) -> None:
+        """Walk the quotes of ``data[start:stop]``, the stretch after the last one taken."""
+        if self.over:
+            return
+        data = self.data
+        quotes = self.quotes
+        visited = self.visited
+        max_quotes = self.max_quotes
+        per = self.bytes_per_quote
+        at = data.find(b'"', start, stop)
+        while at >= 0:
+            if visited >= max_quotes + (at // per if per else 0):
+                self.over = True  # many strings: the decode costs less than walking them
+                break
+            visited += 1
+            if at and data[at - 1] == _BACKSLASH:
+                escaped = _escaped(data, at)
+                if escaped is None:
+                    self.over = True  # a run of backslashes too long to read here
+                    break
+                if escaped:
+                    at = data.find(b'"', at + 1, stop)
+                    continue
+            quotes.append(at)
+            at = data.find(b'"', at + 1, stop)
+        self.visited = visited
+
+    def may_exceed(self, limits: Mapping[bytes, int]) -> bool:
+        """``may_exceed`` of the stretches taken, all of ``data``."""
+        if self.over:
             return True
-    return False
+        data = self.data
+        quotes = self.quotes
+        smallest = min(limits.values())
+        for k in range(2, len(quotes), 2):
+            size = quotes[k + 1] - quotes[k] - 1
+            if size <= smallest or data[quotes[k - 1] + 1 : quotes[k]].strip() != b":":
+                continue  # short, or not a value (a key, an array's item): no detail field
+            key = data[quotes[k - 2] + 1 : quotes[k - 1]]  # the key before the colon
+            limit = limits.get(key)
+            if (limit is not None and size > limit) or (limit is None and b"\\" in key):
+                return True
+        return False
+
+
+def _large_list(details: Any) -> bool:
+    """Whether a message's ``reasoning_details`` is a ``Raw`` list over the smallest detail limit, the only kind
+    ``check_limits`` walks the body for."""
+    return type(details) is Raw and len(details) > MAX_SIGNATURE_BYTES and memoryview(details)[0] == _BRACKET
 
 
 def _escaped(data: bytes, at: int) -> bool | None:
