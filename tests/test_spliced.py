@@ -540,6 +540,30 @@ def test_the_body_is_walked_only_when_a_detail_list_is_over_the_smallest_limit()
         assert decoded is not None and decoded[1] is None
 
 
+@pytest.mark.parametrize(
+    ("provider", "walks"), [("openrouter", True), ("generic", True), ("anthropic", False), ("openai", False)]
+)
+def test_the_body_is_walked_with_its_utf8_check_only_where_the_route_keeps_every_detail(
+    monkeypatch: pytest.MonkeyPatch, provider: str, walks: bool
+) -> None:
+    """Where the route's filter drops or rewrites the details (``Route.keeps_details`` false), ``check_limits``
+    has no list as it came to ask about on the 8 MB body, so ``decode`` takes no walk there either."""
+    body = payloads.body_8mb()
+    asked: list[bool] = []
+    decode = spliced.decode
+
+    def recording(data: bytes, *, walk: bool = True) -> tuple[dict[str, Any], bool | None] | None:
+        asked.append(walk)
+        return decode(data, walk=walk)
+
+    monkeypatch.setattr(spliced, "decode", recording)
+    route = fixed_route(PROVIDERS[provider])
+    assert prepare_request(body, route).body == reference(body, route)[0]
+    assert asked == [walks]
+    decoded = decode(body, walk=walks)
+    assert decoded is not None and decoded[1] is (True if walks else None)
+
+
 @pytest.mark.parametrize("stretch", [1, 2, 3, 7, 64])
 def test_a_walk_taken_in_stretches_answers_as_the_walk_whole(stretch: int) -> None:
     """``QuoteWalk`` fed the handed detail lists above a few bytes at a time (as ``codec.utf8_stretches`` hands it the

@@ -280,7 +280,7 @@ def prepare_spliced(body: bytes, route: Route) -> PreparedRequest | None:
     Raises:
         ApiError: what ``prepare_request`` raises for the same body on the same route.
     """
-    decoded = spliced.decode(body)
+    decoded = spliced.decode(body, walk=route.keeps_details)
     if decoded is None:
         return None
     data, body_shows = decoded

@@ -79,18 +79,24 @@ _REASONING_KEYS = frozenset((*HELD_REASONING_FIELDS, HELD_FIELD))
 any message one)."""
 
 
-def decode(body: bytes) -> tuple[dict[str, Any], bool | None] | None:
+def decode(body: bytes, *, walk: bool = True) -> tuple[dict[str, Any], bool | None] | None:
     """The top level of a request ``body`` as builtins, with every object of a top-level array a
     ``dict[str, msgspec.Raw]``; ``None`` when the body is not that (not JSON, not UTF-8, not an object, a
     ``messages`` that is not an array of objects, a number no float holds at the top level): the full decode
     then decides, and refuses it with the error it always gave (``codec.decode_object``,
     ``history.prepare_messages``).
 
+    Args:
+        body: the request body.
+        walk: whether the detail size limits will read the body's detail lists as they came, so that the walk
+            below pays off: on a route whose filter keeps every detail (``Route.keeps_details``). Where the
+            filter drops them, ``check_limits`` rarely has a list left to ask about, and asks itself if it has.
+
     Returns:
         The top level, and whether the body's quotes show every reasoning detail field within its size limit
-        (``not may_exceed`` of the whole body, ``check_limits``'s ``body_shows``) when a message holds a detail
-        list over the smallest limit, else ``None``. That walk is taken in the stretches the UTF-8 check has just
-        read (``QuoteWalk``), so a large body is read from memory once for both.
+        (``not may_exceed`` of the whole body, ``check_limits``'s ``body_shows``) when ``walk`` and a message
+        holds a detail list over the smallest limit, else ``None``. That walk is taken in the stretches the UTF-8
+        check has just read (``QuoteWalk``), so a large body is read from memory once for both.
     """
     try:
         data = _decoder.decode(body)
@@ -99,17 +105,17 @@ def decode(body: bytes) -> tuple[dict[str, Any], bool | None] | None:
     messages = data.get("messages", [])
     if type(messages) is not list:
         return None
-    big = len(body) > MAX_SIGNATURE_BYTES  # no detail can be over a limit in a smaller body
-    walk = None
+    big = walk and len(body) > MAX_SIGNATURE_BYTES  # no detail can be over a limit in a smaller body
+    walker = None
     for message in messages:
         if type(message) is not dict:
             return None
-        if big and walk is None and _large_list(message.get("reasoning_details")):
-            walk = QuoteWalk(body, **_BODY_WALK)
+        if big and walker is None and _large_list(message.get("reasoning_details")):
+            walker = QuoteWalk(body, **_BODY_WALK)
     # msgspec does not check the strings it keeps as Raw
-    if not (is_utf8(body) if walk is None else utf8_stretches(body, walk.take)):
+    if not (is_utf8(body) if walker is None else utf8_stretches(body, walker.take)):
         return None
-    return data, None if walk is None else not walk.may_exceed(_FIELD_LIMITS)
+    return data, None if walker is None else not walker.may_exceed(_FIELD_LIMITS)
 
 
 def decode_top(body: bytes) -> dict[str, Any] | None:
@@ -287,9 +293,10 @@ def check_limits(messages: list[dict[str, Any]], body: bytes, body_shows: bool |
     is at least as long as what it stands for), so a shorter one cannot be over it.
 
     Nothing is looked at in a body of at most 1 MiB (the smallest limit), nor in a detail list held as ``Raw`` of
-    at most 1 MiB or that is no list. The first larger list asks ``may_exceed`` of the whole ``body``: it is
-    ``bytes`` already, so its quotes are found without a copy, and a ``False`` there answers for every ``Raw``
-    list in it. When the body cannot show it, each large list is copied out and asked on its own.
+    at most 1 MiB or that is no list. The whole ``body`` answers for every ``Raw`` list in it when its quotes show
+    no limited field over its limit (``may_exceed``; it is ``bytes`` already, so nothing is copied): ``decode``
+    has walked it on a route that keeps every detail (``body_shows``), else the first larger list asks here. When
+    the body cannot show it, each large list is copied out and asked on its own.
 
     Args:
         messages: the messages, each a dict whose ``reasoning_details`` is a ``Raw``, a decoded list or absent.
@@ -442,9 +449,9 @@ _BRACKET = ord("[")
 _MAX_RUN = 64
 """The longest run of backslashes before a quote that ``may_exceed`` reads (its bytes at most)."""
 _BODY_WALK = {"max_quotes": 64, "bytes_per_quote": 16 * 1024}
-"""How far ``check_limits`` walks a whole body's quotes before it looks at each large detail list alone: 64, and
-one more per 16 KiB passed (a quote costs the walk about as much as copying 2 KiB; the harness's 8 MB body has
-178 quotes)."""
+"""How far the walk over a whole body's quotes goes (``decode``'s, else ``check_limits``'s) before each large detail
+list is looked at alone: 64, and one more per 16 KiB passed (a quote costs the walk about as much as copying 2 KiB;
+the harness's 8 MB body has 178 quotes)."""
 _FIELD_LIMITS = {field.encode(): limit for field, limit in _LIMITS}
 
 
