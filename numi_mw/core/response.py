@@ -291,6 +291,7 @@ class SSERewriter:
         "_head",
         "_kind",
         "_lead",
+        "_max_event",
         "_named",
         "_normalizer",
         "_passes",
@@ -324,8 +325,10 @@ class SSERewriter:
         self._kind = 0
         self._first = -1 if options.exclude and options.think is None else 0
         self._repeats = 0
-        # the shape, while it rewrote the last event: tried on the next chunk before the decoder (``feed``)
+        # the shape, while it rewrote the last event and the decoder held nothing after it: tried on the next
+        # chunk within the event bound before the decoder (``feed``), whose state its rewrites leave as it is
         self._lead: ChunkShape | None = None
+        self._max_event = options.bounds.max_event_bytes
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the next bytes of the upstream body; return the bytes to send now.
@@ -337,7 +340,7 @@ class SSERewriter:
         """
         lead = self._lead
         if lead is not None:  # a run of one shape: its events cut by the shape alone, no SSE split, no prefilter
-            out = lead.rewrite(chunk) if self._decoder.takes_whole(chunk) else None
+            out = lead.rewrite(chunk) if len(chunk) <= self._max_event else None
             if out is not None:
                 return out
             self._lead = None
@@ -446,7 +449,8 @@ class SSERewriter:
         if shape is not None and one_line:
             out = shape.rewrite(raw)
             if out is not None:
-                self._lead = shape
+                if not self._decoder.held:  # the next chunk starts at an event boundary (the stream's start is past)
+                    self._lead = shape
                 return out
         try:  # msgspec inline, not codec.decode_with_encoder: this runs once per event
             value = _decode(data)

@@ -83,7 +83,7 @@ class ChunkShape:
     chunk is dropped), or ``None`` when the event goes out as it came.
     """
 
-    __slots__ = ("hits", "middle", "out", "prefix", "repeat", "suffix")
+    __slots__ = ("hits", "middle", "out", "prefix", "repeat", "start", "suffix", "tail")
 
     def __init__(
         self,
@@ -99,6 +99,8 @@ class ChunkShape:
         self.out = out
         self.repeat = repeat
         self.hits = 0
+        self.start = len(prefix)  # where the text starts, and the bytes after it (``rewrite``)
+        self.tail = len(suffix)
 
     def rewrite(self, raw: bytes) -> bytes | None:
         """The bytes to send for the event ``raw`` (its bytes, blank line included) when it has this shape, its text
@@ -107,12 +109,10 @@ class ChunkShape:
 
         Such an event is one whole event of one ``data: `` line: the text holds no line end (a canonical text has no
         control character) and neither do the pieces around it, cut from one data line."""
-        prefix = self.prefix
-        suffix = self.suffix
-        if not raw.startswith(prefix) or not raw.endswith(suffix):
+        if not raw.startswith(self.prefix) or not raw.endswith(self.suffix):
             return None
-        start = len(prefix)
-        end = len(raw) - len(suffix)
+        start = self.start
+        end = len(raw) - self.tail
         middle = self.middle
         if middle is None:
             text = raw[start:end]
@@ -124,17 +124,18 @@ class ChunkShape:
             text = raw[start : start + half]
             if not raw.startswith(middle, start + half) or not raw.startswith(text, end - half):
                 return None
-        if not text or not canonical_text(text) or not self.repeat.repeated(text):
+        # ``canonical_text`` written out: this runs once per event of a run of one shape
+        if not text or (_UNSAFE.search(text) is not None and _CANONICAL.fullmatch(text) is None):
+            return None
+        if not (text.isascii() or codec.is_utf8(text)) or not self.repeat.repeated(text):
             return None
         self.hits += 1
         out = self.out
-        if out is None:
-            return raw
         if isinstance(out, tuple):
-            if len(out) == 2:  # the answer's text, once
-                return b"".join((out[0], text, out[1]))
-            return b"".join((out[0], text, out[1], text, out[2]))
-        return out
+            if len(out) == 3:  # the reasoning's text, twice
+                return b"".join((out[0], text, out[1], text, out[2]))
+            return b"".join((out[0], text, out[1]))  # the answer's text, once
+        return raw if out is None else out
 
 
 def shape_of(

@@ -88,13 +88,6 @@ class SSEDecoder:
         """The bytes the decoder holds now: those of the event in progress."""
         return len(self._buf)
 
-    def takes_whole(self, chunk: bytes) -> bool:
-        """Whether ``chunk``, when it is one whole event, may be taken without the decoder: nothing is held (it
-        starts at an event boundary) and it is within the limit. The caller that takes it must have checked that
-        it is one whole event without ``\\r`` and that the stream's first bytes are behind (no BOM is left to
-        drop); the decoder's state is then as after ``single_data``."""
-        return not self._buf and not self._at_start and len(chunk) <= self._limit
-
     def _reset(self) -> None:
         self._ready: list[SSEEvent] = []  # events completed before an event over the limit
         self._buf.clear()
