@@ -330,7 +330,7 @@ def test_a_run_of_one_shape_is_cut_without_the_decoder_only_at_an_event_boundary
     assert out[9] == held + deepseek("s")
     assert out[10] == b"\n\n"
     assert rw._shape is not None and rw._shape.hits == 5 + 1
-    assert rw._lead is rw._shape  # the run goes on: the next chunk is tried by the shape first
+    assert rw._lead is None  # the run went on to the last chunk ("t" was a hit), and finish ended it
 
 
 def test_a_shape_takes_no_event_over_the_event_limit() -> None:
@@ -433,7 +433,7 @@ def test_the_answers_chunks_go_as_the_full_path_sends_them_exact_values() -> Non
     out, rw = run(openrouter)
     assert out == [*openrouter, b""]
     assert rw._shape is not None and rw._shape.hits == 3  # cut on the sixth
-    assert rw._lead is rw._shape
+    assert rw._lead is None  # finish ended the run
     out, rw = run(openrouter[:6], exclude=True)
     assert out == [
         b'data: {"id":"o","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
@@ -442,7 +442,7 @@ def test_the_answers_chunks_go_as_the_full_path_sends_them_exact_values() -> Non
     ] + [b""]
     assert out == run(openrouter[:6], shapes=False, exclude=True)[0]
     assert rw._shape is not None and rw._shape.hits == 2  # cut on the fourth (the first taken out is not counted)
-    assert rw._lead is rw._shape
+    assert rw._lead is None  # finish ended the run
     answer = (
         b'data: {"id":"d1","object":"chat.completion.chunk","created":1,"model":"deepseek-reasoner",'
         b'"choices":[{"index":0,"delta":{"content":"%s","reasoning_content":null},"logprobs":null,'
@@ -504,3 +504,39 @@ def test_a_try_at_an_answer_shape_makes_no_choice_state() -> None:
     assert rw._shape is not None  # cut from "c"
     closing = [json.loads(line[6:])["choices"][0]["index"] for line in out[5].split(b"\n\n")[:-2]]
     assert closing == [1, 1, 0, 0]  # choice 1's reasoning came first
+
+
+def test_no_run_of_a_shape_outlives_the_stream() -> None:
+    from numi_mw.core.errors import CUT_SHORT
+
+    # fed after finish (or fail), the decoder starts a stream again: a chunk goes through it, its BOM dropped as
+    # at a stream's start and nothing taken by the shape, as before any run
+    def answer(text: bytes) -> bytes:
+        return (
+            b'data: {"id":"d1","choices":[{"index":0,"delta":{"content":"'
+            + text
+            + b'","reasoning_content":null}}]}\n\n'
+        )
+
+    for end in ("finish", "fail"):
+        rw = SSERewriter(ResponseOptions())
+        for n in range(12):
+            rw.feed(answer(b"a%d" % n))
+        assert rw._lead is not None
+        if end == "finish":
+            rw.finish()
+        else:
+            rw.fail(CUT_SHORT)
+        assert rw._lead is None
+        assert rw.feed(answer(b"z")) == b'data: {"id":"d1","choices":[{"index":0,"delta":{"content":"z"}}]}\n\n'
+        assert rw._lead is None
+        assert rw.feed(b"\xef\xbb\xbf" + answer(b"b")) == b"\xef\xbb\xbf" + answer(b"b")
+
+
+def test_a_run_takes_any_event_size_when_no_bound_is_set() -> None:
+    from numi_mw.core.structs import Bounds
+
+    events = [deepseek(f"r{n}") for n in range(8)]
+    rw = SSERewriter(ResponseOptions(bounds=Bounds(max_event_bytes=None)))  # type: ignore[arg-type]
+    assert [rw.feed(e) for e in events] == run(events)[0][:-1]
+    assert rw._lead is not None
