@@ -17,7 +17,6 @@ the body breaks off.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable, Collection
 from typing import Any, ClassVar
 
@@ -288,7 +287,6 @@ class SSERewriter:
         "_after",
         "_decoder",
         "_done",
-        "_ended",
         "_first",
         "_head",
         "_kind",
@@ -330,9 +328,7 @@ class SSERewriter:
         # the shape, while it rewrote the last event and the decoder held nothing after it: tried on the next
         # chunk within the event bound before the decoder (``feed``), whose state its rewrites leave as it is
         self._lead: ChunkShape | None = None
-        limit = options.bounds.max_event_bytes  # (``None``, no bound, as ``SSEDecoder`` takes it)
-        self._max_event = sys.maxsize if limit is None else limit
-        self._ended = False  # ``finish`` or ``fail`` ran: the decoder was reset to a stream's start
+        self._max_event = self._decoder.limit
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the next bytes of the upstream body; return the bytes to send now.
@@ -368,7 +364,7 @@ class SSERewriter:
         with the line ends it lacks (``sse.terminate_event``) and sent like any other.
         """
         events, rest = self._decoder.end()
-        self._lead, self._ended = None, True  # the decoder starts over: no run outlives the stream
+        self._lead = None  # the decoder starts over: no run outlives the stream
         out = [self._event(event) for event in events]
         if rest is not None:
             if self._done:  # after [DONE] the answer was whole: trailing bytes go as they came
@@ -394,7 +390,7 @@ class SSERewriter:
         if self._done:
             return b""
         events, rest = self._decoder.end()
-        self._lead, self._ended = None, True  # the decoder starts over: no run outlives the stream
+        self._lead = None  # the decoder starts over: no run outlives the stream
         if rest is not None and rest.data == b"[DONE]":  # only its blank line was missing: the answer was whole
             events.append(terminate_event(rest))
         out = [self._event(event) for event in events]
@@ -455,7 +451,7 @@ class SSERewriter:
         if shape is not None and one_line:
             out = shape.rewrite(raw)
             if out is not None:
-                if not self._decoder.held and not self._ended:  # the next chunk starts at an event boundary
+                if self._decoder.between_events():
                     self._lead = shape
                 return out
         try:  # msgspec inline, not codec.decode_with_encoder: this runs once per event

@@ -88,6 +88,17 @@ class SSEDecoder:
         """The bytes the decoder holds now: those of the event in progress."""
         return len(self._buf)
 
+    @property
+    def limit(self) -> int:
+        """The most bytes of one event the decoder takes (``max_event_bytes``; ``sys.maxsize`` for no bound)."""
+        return self._limit
+
+    def between_events(self) -> bool:
+        """Whether the next chunk starts a new event, the stream's first bytes behind: nothing is held, and no BOM
+        is left to drop. A chunk that is one whole event of one ``data:`` line within ``limit`` may then be taken
+        without the decoder (a stream rewriter's run of one shape), which leaves its state as it is."""
+        return not self._buf and not self._at_start
+
     def _reset(self) -> None:
         self._ready: list[SSEEvent] = []  # events completed before an event over the limit
         self._buf.clear()
