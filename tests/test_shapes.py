@@ -314,6 +314,35 @@ def test_a_text_written_as_the_marker_cuts_no_shape() -> None:
     assert rw._shape is None
 
 
+def test_a_shape_is_cut_at_the_field_when_its_text_stands_under_the_same_key_elsewhere() -> None:
+    # "reasoning":"same" stands twice in a chunk: in the delta and in an object of the chunk's own. A shape is cut
+    # where the first one stands only when that one is the delta's (the marked decode tells them apart)
+    def chunk(text: str, meta: str, meta_first: bool) -> bytes:
+        body = {"meta": {"reasoning": meta}, "choices": [{"index": 0, "delta": {"reasoning": text}}]}
+        return event({"id": "a", **(body if meta_first else dict(reversed(body.items())))})
+
+    # the object's first: the try at the fourth chunk refuses it; a cut there would have sent the last chunk's
+    # object text as its reasoning (the try at the last chunk cuts at its delta, where "same" now stands first)
+    events = [chunk("same", "same", True)] * 6 + [chunk("same", "zzz", True)]
+    assert run(events[:6])[1]._shape is None
+    out, rw = run(events)
+    assert out == run(events, shapes=False)[0]
+    last = json.loads(out[6][6:])
+    assert last["meta"] == {"reasoning": "zzz"}
+    assert last["choices"][0]["delta"]["reasoning"] == "same"
+    assert last["choices"][0]["delta"]["reasoning_details"][0]["text"] == "same"
+
+    # the delta's first: cut at the fourth chunk, which rewrites the three after it
+    events = [chunk("same", "same", False)] * 5 + [chunk("other", "same", False)] * 2
+    out, rw = run(events)
+    assert out == run(events, shapes=False)[0]
+    assert rw._shape is not None and rw._shape.hits == 3
+    last = json.loads(out[6][6:])
+    assert last["meta"] == {"reasoning": "same"}
+    assert last["choices"][0]["delta"]["reasoning"] == "other"
+    assert last["choices"][0]["delta"]["reasoning_details"][0]["text"] == "other"
+
+
 def test_a_run_of_one_shape_is_cut_without_the_decoder_only_at_an_event_boundary() -> None:
     events = [deepseek(f"r{n}") for n in range(8)]
     held = b'data: {"id":"d1",'  # half an event: the next chunk's bytes continue it

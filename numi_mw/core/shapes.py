@@ -36,6 +36,7 @@ from numi_mw.core.chunks import (
     ExcludedRepeat,
     Repeat,
 )
+from numi_mw.core.structs import ChunkProbe
 
 _KEYS: Final[dict[int, tuple[bytes, ...]]] = {
     CONTENT_TEXT: (b'"reasoning_content":"',),
@@ -54,6 +55,9 @@ _CANONICAL = re.compile(rb'(?:[^"\\\x00-\x1f]++|\\[\\"bfnrt])*+')
 """JSON string contents as msgspec's encoder writes them: the two-character escapes it uses, nothing else. Possessive
 (``++``, ``*+``): a text it refuses is refused in one pass, where a nested ``+`` in ``*`` would try every way of
 cutting a run of plain characters, exponentially many."""
+
+_probe = msgspec.json.Decoder(ChunkProbe).decode
+"""A chunk's choices, its envelope skipped: enough to read the fields a shape is cut around."""
 
 _MARK: Final = "\x00"
 """The text ``shape_of`` puts in a chunk's place to check its cuts: msgspec writes it as ``_MARK_BYTES``, a form
@@ -140,21 +144,28 @@ class ChunkShape:
 
 def shape_of(
     data: bytes, kind: int, chunk: dict[str, Any], sent: list[dict[str, Any]] | None, repeat: Repeat
-) -> ChunkShape | None:
+) -> tuple[ChunkShape, bytes | None] | None:
     """The shape of the chunk whose data ``data`` the fast path has just rewritten to ``chunk`` (the decoded chunk;
-    ``sent``: the chunks that went out for it, ``None`` when it went out as it came), where ``kind`` says the text
-    stood (``chunks.CONTENT_TEXT``, ``PLAIN_TEXT``, ``SHOWN_TEXT``, ``DETAIL_TEXT``, ``THINK_TEXT``, ``THINK_CONTENT``,
-    ``ANSWER_TEXT``); ``None`` when the text's bytes are not found once each where ``kind`` puts them, or the cuts do
-    not hold. ``repeat``: the choice's state, for ``ChunkShape.rewrite``.
+    ``sent``: the chunks to send for it, ``None`` when it goes out as it came), where ``kind`` says the text stood
+    (``chunks.CONTENT_TEXT``, ``PLAIN_TEXT``, ``SHOWN_TEXT``, ``DETAIL_TEXT``, ``THINK_TEXT``, ``THINK_CONTENT``,
+    ``ANSWER_TEXT``), and the bytes to send for ``sent`` (the full path's, made from the shape's pieces; ``None``
+    for the chunk as it came); ``None`` when the text's bytes are not found where ``kind`` puts them, or the cuts
+    do not hold. ``repeat``: the choice's state, for ``ChunkShape.rewrite``.
 
     The text is ``chunk``'s ``delta.reasoning`` (which the fast path sets), or its ``delta.content`` for content that
     goes out as content. With ``repeat`` an ``ExcludedRepeat`` the fast path took the reasoning out: ``chunk`` is the
     decoded chunk as it came, the text the reasoning field ``kind`` names, and ``sent`` holds no text (but for
     ``ANSWER_TEXT``, the answer's content, which goes out without the reasoning fields); the shape then sends their
-    bytes for every chunk it fits."""
+    bytes for every chunk it fits.
+
+    The cut is checked with one decode, of ``data`` with a marker in place of the text. ``data`` is JSON, so a key
+    written as ``"reasoning":"`` (``"text":"``, ``"content":"``) is followed by a string value wherever it stands
+    (its last quote opens a value, even where its first quote is an escaped one inside a key), and a canonical text
+    and its closing quote are that string's contents and end: the marker replaces one string value, and the field
+    ``kind`` names holds the marker only if that string was it (a canonical text is never the marker). A later
+    chunk of the same bytes but its text then decodes to the same value with another text in that field."""
     delta = chunk["choices"][0]["delta"]
     excluded = isinstance(repeat, ExcludedRepeat)
-    content = kind in _CONTENT_KINDS
     if kind in (THINK_CONTENT, ANSWER_TEXT):  # content that goes out as content
         source = delta["content"]
     elif not excluded:
@@ -168,8 +179,8 @@ def shape_of(
         return None
     starts = []
     for key in _KEYS[kind]:
-        found = data.find(key + text + b'"')
-        if found < 0 or data.find(key + text + b'"', found + 1) >= 0:
+        found = data.find(key + text + b'"')  # the first: the check below tells the field's from another's
+        if found < 0:
             return None
         starts.append(found + len(key))
     starts.sort()
@@ -184,25 +195,26 @@ def shape_of(
         suffix = data[first + len(text) :]
         marked = prefix + _MARK_BYTES + suffix
     try:
-        found_value = codec.decoder.decode(marked)
-    except (msgspec.DecodeError, RecursionError):  # a cut outside a string
+        fields = _probe(marked).choices[0].delta
+        if kind == CONTENT_TEXT and fields["reasoning_content"] != _MARK:
+            return None
+        if kind in _CONTENT_KINDS and fields["content"] != _MARK:
+            return None
+        if kind in (PLAIN_TEXT, SHOWN_TEXT) and fields["reasoning"] != _MARK:
+            return None
+        if kind in (SHOWN_TEXT, DETAIL_TEXT) and fields["reasoning_details"][0]["text"] != _MARK:
+            return None
+    except (msgspec.DecodeError, RecursionError, LookupError, TypeError):  # not such a chunk after all
         return None
-    expected = codec.decoder.decode(data)
-    fields = expected["choices"][0]["delta"]
-    if kind == CONTENT_TEXT:
-        fields["reasoning_content"] = _MARK
-    if content:
-        fields["content"] = _MARK
-    if kind in (PLAIN_TEXT, SHOWN_TEXT):
-        fields["reasoning"] = _MARK
-    if kind in (SHOWN_TEXT, DETAIL_TEXT):
-        fields["reasoning_details"][0]["text"] = _MARK
-    if found_value != expected:
+    pieces = _pieces(kind, sent, excluded, source)
+    if pieces is _NO_PIECES:
         return None
-    out = _pieces(kind, sent, excluded)
-    if out is _NO_PIECES:
-        return None
-    return ChunkShape(b"data: " + prefix, middle, suffix + b"\n\n", out, repeat)
+    shape = ChunkShape(b"data: " + prefix, middle, suffix + b"\n\n", pieces, repeat)
+    if not isinstance(pieces, tuple):
+        return shape, pieces
+    if len(pieces) == 3:  # the reasoning's text, twice
+        return shape, b"".join((pieces[0], text, pieces[1], text, pieces[2]))
+    return shape, b"".join((pieces[0], text, pieces[1]))  # the answer's text, once
 
 
 _CONTENT_KINDS: Final = frozenset((THINK_TEXT, THINK_CONTENT, ANSWER_TEXT))
@@ -211,27 +223,50 @@ _NO_PIECES: Final = b"\x00"
 """``_pieces`` of chunks whose text the encoder does not write where the shape needs it."""
 
 
-def _pieces(kind: int, sent: list[dict[str, Any]] | None, excluded: bool) -> tuple[bytes, ...] | bytes | None:
-    """What goes out for a chunk of a shape (``ChunkShape.out``) that sent ``sent`` for one text: ``None`` for the
-    chunk as it came; bytes when the text does not go out (excluded reasoning); else the pieces of the one chunk
-    sent around its text, which stands twice in a reasoning chunk (``delta.reasoning`` and its detail's text) and
-    once as the answer's content; ``_NO_PIECES`` when it does not stand so."""
+def _pieces(
+    kind: int, sent: list[dict[str, Any]] | None, excluded: bool, source: str
+) -> tuple[bytes, ...] | bytes | None:
+    """What goes out for a chunk of a shape (``ChunkShape.out``) that sent ``sent`` for the text ``source``: ``None``
+    for the chunk as it came; bytes when the text does not go out (excluded reasoning); else the pieces of the one
+    chunk sent around its text, which stands twice in a reasoning chunk (``delta.reasoning`` and its detail's text)
+    and once as the answer's content; ``_NO_PIECES`` when it does not stand so. Joined around the text's bytes, the
+    pieces are the chunk's encoding."""
     if sent is None:
         return None
     if excluded and kind != ANSWER_TEXT:
-        return b"".join([b"data: " + codec.encode(item) + b"\n\n" for item in sent])
+        try:
+            return b"".join([b"data: " + codec.encode(item) + b"\n\n" for item in sent])
+        except UnicodeEncodeError:  # text only the standard library could read (never a repeat's)
+            return _NO_PIECES
     if len(sent) != 1:
         return _NO_PIECES
     item = sent[0]
-    choice = item["choices"][0]
-    delta = choice["delta"]
+    delta = item["choices"][0]["delta"]
+    # the fields set to the marker for one encode, and back to the very objects they held: the chunk (or the
+    # detail the normalizer keeps) is as it was before any other code reads it
     if kind == ANSWER_TEXT:
-        marked_delta = {**delta, "content": _MARK}
+        if delta.get("content") != source:
+            return _NO_PIECES
+        delta["content"] = _MARK
+        try:
+            encoded = b"data: " + codec.encode(item) + b"\n\n"
+        except UnicodeEncodeError:
+            return _NO_PIECES
+        finally:
+            delta["content"] = source
         count = 2
     else:
-        details = delta["reasoning_details"]
-        marked_delta = {**delta, "reasoning": _MARK, "reasoning_details": [{**details[0], "text": _MARK}]}
+        detail = delta["reasoning_details"][0]
+        reasoning, text = delta.get("reasoning"), detail.get("text")
+        if reasoning != source or text != source:
+            return _NO_PIECES
+        delta["reasoning"] = detail["text"] = _MARK
+        try:
+            encoded = b"data: " + codec.encode(item) + b"\n\n"
+        except UnicodeEncodeError:
+            return _NO_PIECES
+        finally:
+            delta["reasoning"], detail["text"] = reasoning, text
         count = 3
-    encoded = b"data: " + codec.encode({**item, "choices": [{**choice, "delta": marked_delta}]}) + b"\n\n"
     pieces = encoded.split(_MARK_BYTES)
     return tuple(pieces) if len(pieces) == count else _NO_PIECES
