@@ -148,9 +148,12 @@ def shape_of(
     """The shape of the chunk whose data ``data`` the fast path has just rewritten to ``chunk`` (the decoded chunk;
     ``sent``: the chunks to send for it, ``None`` when it goes out as it came), where ``kind`` says the text stood
     (``chunks.CONTENT_TEXT``, ``PLAIN_TEXT``, ``SHOWN_TEXT``, ``DETAIL_TEXT``, ``THINK_TEXT``, ``THINK_CONTENT``,
-    ``ANSWER_TEXT``), and the bytes to send for ``sent`` (the full path's, made from the shape's pieces; ``None``
-    for the chunk as it came); ``None`` when the text's bytes are not found where ``kind`` puts them, or the cuts
-    do not hold. ``repeat``: the choice's state, for ``ChunkShape.rewrite``.
+    ``ANSWER_TEXT``). ``repeat``: the choice's state, for ``ChunkShape.rewrite``.
+
+    Returns:
+        ``(shape, out)``: the shape, and the bytes to send for this chunk (the full path's bytes for ``sent``, made
+        from the shape's pieces; ``None`` when it goes out as it came); ``None`` when the text's bytes are not found
+        where ``kind`` puts them, or the cuts do not hold.
 
     The text is ``chunk``'s ``delta.reasoning`` (which the fast path sets), or its ``delta.content`` for content that
     goes out as content. With ``repeat`` an ``ExcludedRepeat`` the fast path took the reasoning out: ``chunk`` is the
@@ -174,7 +177,10 @@ def shape_of(
         source = delta["reasoning_content"]
     else:
         source = delta["reasoning_details"][0]["text"] if kind == DETAIL_TEXT else delta["reasoning"]
-    text = codec.encode(source)[1:-1]
+    try:
+        text = codec.encode(source)[1:-1]
+    except UnicodeEncodeError:  # (a lone surrogate: msgspec decodes none, so a repeat's text has none)
+        return None
     if not canonical_text(text):  # its bytes hold no escape the marker could be, so the check below means something
         return None
     starts = []
@@ -233,19 +239,28 @@ def _pieces(
     pieces are the chunk's encoding."""
     if sent is None:
         return None
+    # (UnicodeEncodeError, LookupError, TypeError: chunks the fast path does not make for a repeat, which comes
+    # from msgspec's decode and extends an open text detail; refused rather than assumed)
     if excluded and kind != ANSWER_TEXT:
         try:
             return b"".join([b"data: " + codec.encode(item) + b"\n\n" for item in sent])
-        except UnicodeEncodeError:  # text only the standard library could read (never a repeat's)
+        except UnicodeEncodeError:
             return _NO_PIECES
     if len(sent) != 1:
         return _NO_PIECES
     item = sent[0]
-    delta = item["choices"][0]["delta"]
+    try:
+        delta = item["choices"][0]["delta"]
+        detail = None if kind == ANSWER_TEXT else delta["reasoning_details"][0]
+    except (LookupError, TypeError):
+        return _NO_PIECES
     # the fields set to the marker for one encode, and back to the very objects they held: the chunk (or the
     # detail the normalizer keeps) is as it was before any other code reads it
+    if type(delta) is not dict:
+        return _NO_PIECES
     if kind == ANSWER_TEXT:
-        if delta.get("content") != source:
+        content = delta.get("content")
+        if content != source:
             return _NO_PIECES
         delta["content"] = _MARK
         try:
@@ -253,10 +268,11 @@ def _pieces(
         except UnicodeEncodeError:
             return _NO_PIECES
         finally:
-            delta["content"] = source
+            delta["content"] = content
         count = 2
     else:
-        detail = delta["reasoning_details"][0]
+        if type(detail) is not dict:
+            return _NO_PIECES
         reasoning, text = delta.get("reasoning"), detail.get("text")
         if reasoning != source or text != source:
             return _NO_PIECES
