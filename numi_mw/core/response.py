@@ -515,9 +515,10 @@ class SSERewriter:
         found = shape_of(data, kind, chunk, sent, normalizer.repeat_of(chunk))
         if found is None:
             return None
-        self._shape, out = found
+        shape, text = found
+        self._shape = shape
         self._lead = None
-        return raw if out is None else out
+        return shape.sent(raw, text)
 
     def _send(
         self, raw: bytes, data: bytes, event: str | None, id: str | None, value: Any, encode: Callable[[Any], bytes]

@@ -134,6 +134,17 @@ class ChunkShape:
         if not (text.isascii() or codec.is_utf8(text)) or not self.repeat.repeated(text):
             return None
         self.hits += 1
+        # ``sent`` written out: this runs once per event of a run of one shape (a call costs 4 % of such an event)
+        out = self.out
+        if isinstance(out, tuple):
+            if len(out) == 3:  # the reasoning's text, twice
+                return b"".join((out[0], text, out[1], text, out[2]))
+            return b"".join((out[0], text, out[1]))  # the answer's text, once
+        return raw if out is None else out
+
+    def sent(self, raw: bytes, text: bytes) -> bytes:
+        """The bytes to send for the event ``raw`` of this shape, whose text's bytes are ``text``: ``out``'s pieces
+        joined around the text, ``out`` itself when it holds no text, or ``raw`` when the event goes as it came."""
         out = self.out
         if isinstance(out, tuple):
             if len(out) == 3:  # the reasoning's text, twice
@@ -144,16 +155,16 @@ class ChunkShape:
 
 def shape_of(
     data: bytes, kind: int, chunk: dict[str, Any], sent: list[dict[str, Any]] | None, repeat: Repeat
-) -> tuple[ChunkShape, bytes | None] | None:
+) -> tuple[ChunkShape, bytes] | None:
     """The shape of the chunk whose data ``data`` the fast path has just rewritten to ``chunk`` (the decoded chunk;
     ``sent``: the chunks to send for it, ``None`` when it goes out as it came), where ``kind`` says the text stood
     (``chunks.CONTENT_TEXT``, ``PLAIN_TEXT``, ``SHOWN_TEXT``, ``DETAIL_TEXT``, ``THINK_TEXT``, ``THINK_CONTENT``,
     ``ANSWER_TEXT``). ``repeat``: the choice's state, for ``ChunkShape.rewrite``.
 
     Returns:
-        ``(shape, out)``: the shape, and the bytes to send for this chunk (the full path's bytes for ``sent``, made
-        from the shape's pieces; ``None`` when it goes out as it came); ``None`` when the text's bytes are not found
-        where ``kind`` puts them, or the cuts do not hold.
+        ``(shape, text)``: the shape, and the bytes of this chunk's text, for which ``shape.sent`` gives the full
+        path's bytes for ``sent``; ``None`` when the text's bytes are not found where ``kind`` puts them, or the cuts
+        do not hold.
 
     The text is ``chunk``'s ``delta.reasoning`` (which the fast path sets), or its ``delta.content`` for content that
     goes out as content. With ``repeat`` an ``ExcludedRepeat`` the fast path took the reasoning out: ``chunk`` is the
@@ -215,12 +226,7 @@ def shape_of(
     pieces = _pieces(kind, sent, excluded, source)
     if pieces is _NO_PIECES:
         return None
-    shape = ChunkShape(b"data: " + prefix, middle, suffix + b"\n\n", pieces, repeat)
-    if not isinstance(pieces, tuple):
-        return shape, pieces
-    if len(pieces) == 3:  # the reasoning's text, twice
-        return shape, b"".join((pieces[0], text, pieces[1], text, pieces[2]))
-    return shape, b"".join((pieces[0], text, pieces[1]))  # the answer's text, once
+    return ChunkShape(b"data: " + prefix, middle, suffix + b"\n\n", pieces, repeat), text
 
 
 _CONTENT_KINDS: Final = frozenset((THINK_TEXT, THINK_CONTENT, ANSWER_TEXT))
