@@ -47,6 +47,10 @@ upstream client included:
 - ``sidecar.buffered.aiohttp``, ``sidecar.stream.aiohttp``: the same on ``aiohttp``, the default transport;
 - ``sidecar.buffered_new_connection.aiohttp``: the buffered request on aiohttp, each on a new connection
   (``Connection: close``), as the ``latency`` case's stream client opens one per stream;
+- ``sidecar.buffered_new_upstream.aiohttp``, ``sidecar.buffered_new_upstream.httpcore``,
+  ``sidecar.stream_new_upstream.aiohttp``: the buffered request (the stream) in front of ``benchmarks.upstream
+  --close``, which closes each connection after its answer, so that the sidecar opens a new upstream connection
+  for every request, as it does for each stream of a burst;
 - ``sidecar.buffered_logged.aiohttp``: the buffered request on aiohttp with ``numi-mw serve`` at its default log
   level, ``info``, so that each request writes its access line (every other server workload runs at ``warning``);
   ``sidecar.buffered_logged_json.aiohttp``: the same with ``--log-format json``;
@@ -117,6 +121,9 @@ SERVER_WORKLOADS: dict[str, int] = {
     "sidecar.buffered.aiohttp": 300,
     "sidecar.stream.aiohttp": 100,
     "sidecar.buffered_new_connection.aiohttp": 300,
+    "sidecar.buffered_new_upstream.aiohttp": 300,
+    "sidecar.buffered_new_upstream.httpcore": 300,
+    "sidecar.stream_new_upstream.aiohttp": 100,
     "sidecar.buffered_logged.aiohttp": 300,
     "sidecar.buffered_logged_json.aiohttp": 300,
     "floor.passthrough_buffered": 300,
@@ -304,7 +311,7 @@ def _request(name: str) -> tuple[bytes, bytes]:
     """The body a server workload sends, and the bytes each answer must hold."""
     from benchmarks import payloads
 
-    stream = "stream" in name
+    stream = "stream" in name.split(".")[1].split("_")  # (``upstream`` is not one)
     return payloads.request_2kb(stream=stream), b"data: [DONE]" if stream else b'"choices"'
 
 
@@ -317,6 +324,8 @@ def _serving(name: str, callgrind_out: str | None) -> Iterator[tuple[int, str]]:
     with contextlib.ExitStack() as stack:
         upstream_port, port = loopback.free_port(), loopback.free_port()
         upstream_command = [sys.executable, "-m", "benchmarks.upstream", "--port", str(upstream_port)]
+        if "new_upstream" in name:  # each answer closes its connection: a new upstream connection per request
+            upstream_command.append("--close")
         stack.enter_context(loopback.process("upstream", upstream_command, upstream_port))
         command = _server_command(name, f"http://127.0.0.1:{upstream_port}/v1", port)
         if callgrind_out is not None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 
-from benchmarks import instructions, payloads
+from benchmarks import instructions, payloads, upstream
 from tests.conftest import SHARED_ABSENT
 
 
@@ -37,12 +38,32 @@ def test_every_server_ratio_names_two_server_workloads() -> None:
         assert name in instructions.SERVER_WORKLOADS and floor in instructions.SERVER_WORKLOADS
 
 
+STREAMED = frozenset(
+    (
+        "sidecar.stream.httpcore",
+        "sidecar.stream.aiohttp",
+        "sidecar.stream_new_upstream.aiohttp",
+        "floor.passthrough_stream",
+    )
+)
+"""The server workloads that send the streamed request (every other one the buffered request)."""
+
+
 @pytest.mark.parametrize("name", sorted(instructions.SERVER_WORKLOADS))
 def test_a_server_workload_serves_its_requests(name: str) -> None:
     """Each server starts in front of the harness's upstream and answers the workload's requests (here without
     callgrind, which only counts them)."""
     body, marker = instructions._request(name)
-    assert marker == (b"data: [DONE]" if "stream" in name else b'"choices"')
+    assert marker == (b"data: [DONE]" if name in STREAMED else b'"choices"')
     with instructions._serving(name, None) as (_, url):
         close = instructions._new_connections(name)
         asyncio.run(instructions._send_requests(url, body, marker, 2, close=close))  # raises unless both hold it
+
+
+async def test_the_closing_upstream_closes_each_connection_after_its_answer() -> None:
+    for close, expected in ((False, None), (True, "close")):
+        app = upstream.create_app(close=close)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://upstream") as client:
+            answered = await client.post("/v1/chat/completions", content=payloads.request_2kb())
+        assert (answered.status_code, answered.headers.get("connection")) == (200, expected)
+        assert answered.content == payloads.completion_body()
