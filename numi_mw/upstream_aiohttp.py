@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import aiohttp
 import httpx
 from aiohttp import hdrs
+from aiohttp.client_exceptions import cert_errors, ssl_errors
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.helpers import ceil_timeout
 from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
 from yarl import URL
@@ -112,6 +115,51 @@ class _Request(aiohttp.ClientRequest):
         """Wait for no ``100 Continue``."""
 
 
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's connector, but a new connection to an upstream with one address (an IP address, or a name that
+    resolves to one) is opened by the event loop's own ``create_connection(host=..., port=...)``.
+
+    aiohttp opens every connection through ``aiohappyeyeballs``: a socket made in Python, then the loop's
+    ``sock_connect``. On uvloop, ``sock_connect`` hands even an IP address to ``getaddrinfo`` on libuv's pool of
+    four threads (it asks with no socket type, which uvloop's shortcut for numeric addresses does not take), so each
+    new connection waited for a thread and the loop's wake-up, and a burst of new streams queued on those four
+    threads. ``create_connection`` with the address takes uvloop's shortcut (and asyncio's, ``_ipaddr_info``) and
+    connects in the loop. What the connection is, how long its connect may take (``sock_connect``, rounded as
+    aiohttp rounds it) and how a failure reads are aiohttp's, in the same order as its own method. Several
+    addresses still go through aiohttp's happy eyeballs (RFC 8305); the sidecar sets no local address or socket
+    factory, which only that path would use.
+    """
+
+    async def _wrap_create_connection(
+        self,
+        *args: Any,
+        addr_infos: list[Any],
+        req: aiohttp.ClientRequest,
+        timeout: aiohttp.ClientTimeout,
+        client_error: type[Exception] = aiohttp.ClientConnectorError,
+        **kwargs: Any,
+    ) -> tuple[asyncio.Transport, ResponseHandler]:
+        if len(addr_infos) != 1 or len(args) != 1:
+            return await super()._wrap_create_connection(
+                *args, addr_infos=addr_infos, req=req, timeout=timeout, client_error=client_error, **kwargs
+            )
+        family, _, proto, _, address = addr_infos[0]
+        factory: Callable[[], ResponseHandler] = args[0]
+        try:
+            async with ceil_timeout(timeout.sock_connect, ceil_threshold=timeout.ceil_threshold):
+                return await self._loop.create_connection(
+                    factory, address[0], address[1], family=family, proto=proto, **kwargs
+                )
+        except cert_errors as exc:
+            raise aiohttp.ClientConnectorCertificateError(req.connection_key, exc) from exc
+        except ssl_errors as exc:
+            raise aiohttp.ClientConnectorSSLError(req.connection_key, exc) from exc
+        except OSError as exc:
+            if exc.errno is None and isinstance(exc, asyncio.TimeoutError):
+                raise
+            raise client_error(req.connection_key, exc) from exc
+
+
 class _Body(httpx.AsyncByteStream):
     """An aiohttp response's body as httpx reads it: each piece as it arrives (nothing held back for a fuller
     read), errors as httpx's (``_translated``). Closing it returns the connection to the pool when the body was
@@ -178,7 +226,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
-        connector = aiohttp.TCPConnector(
+        connector = _Connector(
             limit=limits.max_connections or 0,
             limit_per_host=0,
             keepalive_timeout=limits.keepalive_expiry if limits.keepalive_expiry is not None else 5.0,

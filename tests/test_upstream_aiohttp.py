@@ -4,17 +4,28 @@ per transport (the ``upstream_transport`` fixture)."""
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import gc
 import importlib.metadata
+import ipaddress
+import ssl
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import anyio
 import httpx
 import pytest
+import uvloop
 from aiohttp.http_exceptions import HttpProcessingError
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from numi_mw.cli import main
 from numi_mw.proxy import create_app
@@ -146,6 +157,130 @@ async def test_the_tls_context_is_built_when_the_transport_is_made_not_in_a_requ
     async with counting_server(b"hello") as (url, _), httpx.AsyncClient(transport=transport) as client:
         response = await client.get(f"{url}/a")
     assert (made, len(built), response.content) == (1, 1, b"hello")
+
+
+class _CountingLoop(uvloop.Loop):  # type: ignore[misc]
+    """uvloop's event loop, counting the lookups asked of it (``getaddrinfo``: each one a trip to libuv's thread
+    pool) and the connections it opens to a given host."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups: list[object] = []
+        self.connects: list[object] = []
+
+    async def getaddrinfo(self, host: object, port: object, **kwargs: Any) -> Any:
+        self.lookups.append(host)
+        return await super().getaddrinfo(host, port, **kwargs)
+
+    async def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        self.connects.append(args[1] if len(args) > 1 else kwargs.get("host"))
+        return await super().create_connection(*args, **kwargs)
+
+
+def test_a_new_connection_to_an_address_is_opened_by_the_event_loop_without_a_lookup() -> None:
+    # aiohttp's own path (a socket, then uvloop's sock_connect) asked getaddrinfo on libuv's thread pool for
+    # 127.0.0.1 on every new connection
+    async def two_connections() -> tuple[bytes, int, _CountingLoop]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, _CountingLoop)
+        async with counting_server(b"hello") as (url, accepted):
+            loop.lookups.clear()  # the listener's own
+            first = AiohttpTransport(LIMITS)
+            second = AiohttpTransport(LIMITS)  # its own pool: a second new connection
+            async with httpx.AsyncClient(transport=first) as a, httpx.AsyncClient(transport=second) as b:
+                body = (await a.get(f"{url}/a")).content + (await b.get(f"{url}/b")).content
+        return body, len(accepted), loop
+
+    with asyncio.Runner(loop_factory=_CountingLoop) as runner:
+        body, accepted, loop = runner.run(two_connections())
+    assert (body, accepted, loop.lookups, loop.connects) == (b"hellohello", 2, [], ["127.0.0.1", "127.0.0.1"])
+
+
+async def test_a_connect_that_does_not_finish_in_time_is_a_connect_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = asyncio.get_running_loop()
+
+    async def never(*args: object, **kwargs: object) -> None:
+        await asyncio.sleep(60)
+
+    monkeypatch.setattr(loop, "create_connection", never)
+    monkeypatch.setattr(loop, "sock_connect", never)  # (aiohttp's own path for several addresses)
+    timeout = httpx.Timeout(5.0, connect=0.05)
+    async with httpx.AsyncClient(transport=AiohttpTransport(LIMITS), timeout=timeout) as client:
+        with anyio.fail_after(5), pytest.raises(httpx.ConnectTimeout):
+            await client.get(f"http://127.0.0.1:{free_port()}/v1/models")
+
+
+def _self_signed() -> tuple[bytes, bytes]:
+    """A certificate for 127.0.0.1 (as an IP address subject alternative name) signed by its own key, and that key,
+    both in PEM."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "numi-mw test")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = certificate.public_bytes(serialization.Encoding.PEM)
+    secret = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return pem, secret
+
+
+@asynccontextmanager
+async def tls_server(body: bytes, tmp_path: Path) -> AsyncIterator[tuple[str, bytes]]:
+    """A TLS server on loopback (a certificate for 127.0.0.1 no public authority signed) that answers one request
+    on each connection with ``body``; yields its URL and the certificate."""
+    pem, secret = _self_signed()
+    (tmp_path / "cert.pem").write_bytes(pem)
+    (tmp_path / "key.pem").write_bytes(secret)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body)
+            await writer.drain()
+        except (OSError, asyncio.IncompleteReadError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"https://127.0.0.1:{port}", pem
+
+
+async def test_a_tls_upstream_is_verified_and_answers_through_the_new_connection(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    async with tls_server(b"secret hello", tmp_path) as (url, pem):
+        async with httpx.AsyncClient(transport=AiohttpTransport(LIMITS)) as client:
+            with anyio.fail_after(10), pytest.raises(httpx.ConnectError) as refused:
+                await client.get(f"{url}/a")  # certifi's authorities never signed it
+        create = httpx.create_ssl_context
+
+        def trusting(**kwargs: Any) -> ssl.SSLContext:
+            context = create(**kwargs)
+            context.load_verify_locations(cadata=pem.decode())
+            return context
+
+        monkeypatch.setattr(httpx, "create_ssl_context", trusting)
+        async with httpx.AsyncClient(transport=AiohttpTransport(LIMITS)) as client:
+            with anyio.fail_after(10):
+                answered = await client.get(f"{url}/a")
+    assert "CERTIFICATE_VERIFY_FAILED" in str(refused.value)
+    assert (answered.status_code, answered.content) == (200, b"secret hello")
 
 
 @pytest.mark.parametrize(
