@@ -125,9 +125,11 @@ class _Connector(aiohttp.TCPConnector):
     new connection waited for a thread and the loop's wake-up, and a burst of new streams queued on those four
     threads. ``create_connection`` with the address takes uvloop's shortcut (and asyncio's, ``_ipaddr_info``) and
     connects in the loop. What the connection is, how long its connect may take (``sock_connect``, rounded as
-    aiohttp rounds it) and how a failure reads are aiohttp's, in the same order as its own method. Several
-    addresses still go through aiohttp's happy eyeballs (RFC 8305); the sidecar sets no local address or socket
-    factory, which only that path would use.
+    aiohttp rounds it) and the errors it raises are aiohttp's, in the same order as its own method (on uvloop the
+    operating system's message of a refused connection reads ``Connection refused`` where ``sock_connect``'s read
+    ``Connect call failed (address)``; aiohttp's message names the host and port either way). While more than one
+    address is left to try, aiohttp's happy eyeballs (RFC 8305) connects; the sidecar sets no local address or
+    socket factory, which only that path would use.
     """
 
     async def _wrap_create_connection(
