@@ -115,6 +115,11 @@ class _Request(aiohttp.ClientRequest):
         """Wait for no ``100 Continue``."""
 
 
+_CONNECT_KEYWORDS = frozenset(("ssl", "server_hostname", "ssl_shutdown_timeout"))
+"""The keywords aiohttp 3.14 hands its connect step for ``create_connection``; a call with any other (a later
+aiohttp's) takes aiohttp's own step."""
+
+
 class _Connector(aiohttp.TCPConnector):
     """aiohttp's connector, but a new connection to an upstream with one address (an IP address, or a name that
     resolves to one) is opened by the event loop's own ``create_connection(host=..., port=...)``.
@@ -141,7 +146,7 @@ class _Connector(aiohttp.TCPConnector):
         client_error: type[Exception] = aiohttp.ClientConnectorError,
         **kwargs: Any,
     ) -> tuple[asyncio.Transport, ResponseHandler]:
-        if len(addr_infos) != 1 or len(args) != 1:
+        if len(addr_infos) != 1 or len(args) != 1 or not kwargs.keys() <= _CONNECT_KEYWORDS:
             return await super()._wrap_create_connection(
                 *args, addr_infos=addr_infos, req=req, timeout=timeout, client_error=client_error, **kwargs
             )
