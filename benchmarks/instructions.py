@@ -55,7 +55,11 @@ upstream client included:
   level, ``info``, so that each request writes its access line (every other server workload runs at ``warning``);
   ``sidecar.buffered_logged_json.aiohttp``: the same with ``--log-format json``;
 - ``floor.passthrough_buffered``, ``floor.passthrough_stream``: the same requests through the same-stack
-  pass-through (``benchmarks.passthrough``: Starlette, httpx and uvicorn without a rule).
+  pass-through (``benchmarks.passthrough``: Starlette, httpx and uvicorn without a rule);
+- ``floor.relay_buffered``, ``floor.relay_stream``, ``floor.relay_buffered_new_connection``: the same requests
+  (the last each on a new connection) through the floor of the sidecar's own stack (``benchmarks.relay``: uvicorn
+  with httptools and uvloop, a bare ASGI app and one aiohttp session, nothing else), what a request through the
+  sidecar cannot cost less than.
 
 These count what CPU time per request measures under ``wrk``, without its noise: on a shared machine the CPU time
 of one request moved by half between runs, its instruction count by well under a percent.
@@ -128,6 +132,9 @@ SERVER_WORKLOADS: dict[str, int] = {
     "sidecar.buffered_logged_json.aiohttp": 300,
     "floor.passthrough_buffered": 300,
     "floor.passthrough_stream": 100,
+    "floor.relay_buffered": 300,
+    "floor.relay_stream": 100,
+    "floor.relay_buffered_new_connection": 300,
 }
 """The server workloads with their ``N`` (requests of the shorter batch)."""
 
@@ -266,6 +273,8 @@ def _server_command(name: str, upstream: str, port: int) -> list[str]:
 
     if name.startswith("floor.passthrough"):
         return [sys.executable, "-m", "benchmarks.passthrough", "--upstream", upstream, "--port", str(port)]
+    if name.startswith("floor.relay"):
+        return [sys.executable, "-m", "benchmarks.relay", "--upstream", upstream, "--port", str(port)]
     level = "info" if "_logged" in name else "warning"  # info: the default, with an access line per request
     extra = ["--log-format", "json"] if "_logged_json" in name else []
     transport = name.rsplit(".", 1)[1]
@@ -400,8 +409,12 @@ SERVER_RATIOS = (
     ("sidecar.stream.httpcore", "floor.passthrough_stream"),
     ("sidecar.buffered.aiohttp", "floor.passthrough_buffered"),
     ("sidecar.stream.aiohttp", "floor.passthrough_stream"),
+    ("sidecar.buffered.aiohttp", "floor.relay_buffered"),
+    ("sidecar.stream.aiohttp", "floor.relay_stream"),
+    ("sidecar.buffered_new_connection.aiohttp", "floor.relay_buffered_new_connection"),
 )
-"""The server workloads against the same-stack pass-through (no target: the pass-through normalizes nothing)."""
+"""The server workloads against the same-stack pass-through and the floor of the sidecar's stack (no target:
+neither normalizes anything)."""
 
 
 if __name__ == "__main__":

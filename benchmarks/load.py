@@ -8,7 +8,8 @@
   ``NUMI_MW_PEERS_NODE``). Throughput counts valid answers only.
 - ``latency``: ``benchmarks.paced`` sends its events 20 ms apart; ``benchmarks.streams`` (its own process) keeps 1,
   50 and 200 streams open and reports the time to the first event and every inter-event gap, p50 and p99, direct
-  and through each proxy; and the time to the first answer byte of a ``<think>``-tagged stream through
+  and through each proxy, the floor of the sidecar's stack among them (``benchmarks.relay``, a side of the p99
+  rows); and the time to the first answer byte of a ``<think>``-tagged stream through
   ``numi-mw serve --provider local`` under each ``--think-start``.
 - ``scale``: the resident memory (``VmRSS`` of ``/proc/PID/status``) of ``numi-mw serve`` holding 1, 100 and
   1,000 idle-paced streams, and the requests/s it serves meanwhile; throughput of ``--workers 1`` against
@@ -221,12 +222,23 @@ class Peers:
         """The process id of the proxy behind ``target`` (a ``Target`` name), when the harness started it."""
         return self.pids.get({"numi_mw": "numi-mw serve"}.get(target, target))
 
-    def targets(self, *, passthrough: bool, provider: str = "openrouter") -> list[Target]:
+    def targets(self, *, passthrough: bool, relay: bool = False, provider: str = "openrouter") -> list[Target]:
+        """Direct, the same-stack pass-through (``passthrough``), the floor of the sidecar's stack (``relay``:
+        ``benchmarks.relay``), ``numi-mw serve --provider PROVIDER`` and each peer whose environment is present."""
         out = [Target("direct", self.upstream)]
-        if passthrough:
-            port = loopback.free_port()
-            command = [sys.executable, "-m", "benchmarks.passthrough", "--upstream", self.upstream, "--port", str(port)]
-            out.append(Target("pass-through", self._start("pass-through", command, port)))
+        for wanted, name, module in ((passthrough, "pass-through", "passthrough"), (relay, "relay", "relay")):
+            if wanted:
+                port = loopback.free_port()
+                command = [
+                    sys.executable,
+                    "-m",
+                    f"benchmarks.{module}",
+                    "--upstream",
+                    self.upstream,
+                    "--port",
+                    str(port),
+                ]
+                out.append(Target(name, self._start(name, command, port)))
         port = loopback.free_port()
         out.append(
             Target(
@@ -432,7 +444,7 @@ def latency_rows(config: Config, say: Callable[[str], None]) -> list[Measurement
         stack.enter_context(loopback.process("paced upstream", paced, port))
         upstream = f"http://127.0.0.1:{port}/v1"
         peers = Peers(stack, upstream, say, config.upstream_transport)
-        targets = peers.targets(passthrough=False)
+        targets = peers.targets(passthrough=False, relay=True)
         for count in streams:
             for target in targets:
                 if "sse" not in target.kinds:
@@ -481,6 +493,9 @@ def _latency_measurements(
             out.append(_skipped(name, title, "<=", 1.0, "not measured", " ms"))
             continue
         sides = [Side("numi_mw p99", mine / 1e3, "s/op"), Side("direct p99", direct / 1e3, "s/op")]
+        floor = _p99(table, "relay", top, key)
+        if floor is not None:  # what the sidecar's stack adds with no rules and no shell (``benchmarks.relay``)
+            sides.append(Side("relay floor p99", floor / 1e3, "s/op"))
         out.append(_row(name, title, mine - direct, "<=", 1.0, sides, extra, " ms"))
         for peer in ("litellm", "portkey"):
             peer_name = f"latency.{short}.p99_added.vs_{peer}"

@@ -23,6 +23,7 @@ from typing import Any
 COLORS = {
     "direct": "#777777",
     "pass-through": "#1f77b4",
+    "relay": "#ff7f0e",
     "numi_mw": "#d62728",
     "litellm": "#2ca02c",
     "portkey": "#9467bd",

@@ -96,4 +96,8 @@ def test_quick_run_prints_json_lines_for_every_measurement() -> None:
         assert measurements["load.json.no_collapse"]["skipped"] == "wrk not installed"
     if measurements["latency.gap.p99_added.vs_litellm"]["skipped"] is not None:
         assert "skipped: litellm: no peer environment" in stderr or "NUMI_MW_PEERS_PY" in os.environ
+    for short in ("first_event", "gap"):  # each p99 row shows the floor of the sidecar's stack beside it
+        row = measurements[f"latency.{short}.p99_added"]
+        assert [side["name"] for side in row["sides"]] == ["numi_mw p99", "direct p99", "relay floor p99"]
+        assert {"direct", "relay", "numi_mw"} <= row["extra"]["table"].keys()
     assert records[-1]["kind"] == "summary"

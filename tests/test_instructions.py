@@ -44,6 +44,7 @@ STREAMED = frozenset(
         "sidecar.stream.aiohttp",
         "sidecar.stream_new_upstream.aiohttp",
         "floor.passthrough_stream",
+        "floor.relay_stream",
     )
 )
 """The server workloads that send the streamed request (every other one the buffered request)."""
