@@ -459,6 +459,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     # The upstream's own date and server headers pass through; uvicorn adds none of its own. uvicorn's access log
     # is replaced by numi_mw.access (method, path, status, sizes, timings, route: never a body, query or key).
+    # X-Forwarded-For and X-Forwarded-Proto go upstream as the client sent them; uvicorn's proxy headers middleware,
+    # which would rewrite the ASGI scope's client and scheme from them, is left out: the sidecar reads neither
+    # (about 1 % of a request's instructions, docs/performance.md, "The floor of the stack").
     # With workers, each worker process builds its own app from the same arguments and the catalog read here once
     # (an app holds a pool, a lifespan and a replay store connection, none of which crosses a process boundary).
     config = uvicorn.Config(
@@ -470,6 +473,7 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         server_header=False,
         date_header=False,
+        proxy_headers=False,
         workers=args.workers,
         factory=args.workers > 1,
     )

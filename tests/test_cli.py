@@ -576,6 +576,17 @@ def test_serve_freezes_what_start_up_left_and_raises_the_collector_threshold(mon
     assert calls == ["collect", "freeze", (10_000, 10, 10), "serve"]
 
 
+def test_serve_leaves_the_forwarded_headers_to_the_upstream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn's proxy headers middleware is off: nothing in the sidecar reads the client or scheme it would set."""
+    import uvicorn
+
+    _record_the_collector(monkeypatch)
+    configs: list[uvicorn.Config] = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server, sockets=None: configs.append(server.config))
+    assert main(["serve", "--upstream", "http://127.0.0.1:8000/v1", "--port", str(free_port())]) == 0
+    assert [config.proxy_headers for config in configs] == [False]
+
+
 def test_each_worker_settles_its_own_collector_once_its_app_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     from starlette.applications import Starlette
     from uvicorn.supervisors import Multiprocess

@@ -681,6 +681,20 @@ def test_header_values_reach_the_upstream_byte_for_byte_without_the_spaces_aroun
     )
 
 
+def test_forwarded_headers_reach_the_upstream_as_the_client_sent_them(upstream: RawUpstream, base_url: str) -> None:
+    """``X-Forwarded-For`` and ``X-Forwarded-Proto`` are the upstream's to read: the sidecar neither takes them as its
+    client's address nor drops them."""
+    upstream.reset(answer(OK_HEAD + b"content-length: 2\r\n\r\n{}"))
+    sent = (
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.7, 10.0.0.1\r\n"
+        b"X-Forwarded-Proto: https\r\nConnection: close\r\n\r\n"
+    )
+    assert response_head(exchange(base_url, sent))[1] == b"{}"
+    assert upstream.requests[-1] == upstream_head(upstream, b"/v1/models") + (
+        b"Connection: keep-alive\r\nx-forwarded-for: 203.0.113.7, 10.0.0.1\r\nx-forwarded-proto: https\r\n" + NO_BODY
+    )
+
+
 def test_expect_100_continue_is_forwarded_and_the_body_follows_at_once(upstream: RawUpstream, base_url: str) -> None:
     """Many servers never answer ``100 Continue``; httpx sends the body without waiting, as RFC 9110 section
     10.1.1 lets a client, and so does the sidecar on either transport."""
