@@ -56,14 +56,29 @@ def without_headers(headers: Iterable[tuple[bytes, bytes]], names: frozenset[byt
 _OWS = b" \t"
 
 
-def trimmed_values(headers: Headers) -> Headers:
-    """``headers`` (raw, changed in place and returned) with the spaces and tabs around each value removed: they
-    are no part of the field value (RFC 9110 section 5.5), a server such as uvicorn hands them on, and h11 refuses
-    to send a value that has them."""
-    for i, (name, value) in enumerate(headers):
+def forwarded_headers(headers: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes]) -> Headers:
+    """The raw ASGI request ``headers`` as the sidecar sends them on: without the names in ``drop`` (lower case) and
+    those a ``Connection`` header lists (hop-by-hop too, RFC 9110 section 7.6.1), and each value without the spaces
+    and tabs around it. Those are no part of the field value (RFC 9110 section 5.5), a server such as uvicorn hands
+    them on, and h11 refuses to send a value that has them. One pass over the headers, and a second only when a
+    ``Connection`` header lists a name outside ``drop``."""
+    out: Headers = []
+    listed: list[bytes] = []  # the Connection headers' tokens, lower case, spaces around them not yet stripped
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == b"connection":
+            listed += value.lower().split(b",")
+        if lowered in drop:
+            continue
         if value and (value[0] in _OWS or value[-1] in _OWS):
-            headers[i] = (name, value.strip(_OWS))
-    return headers
+            value = value.strip(_OWS)
+        out.append((name, value))
+    if listed:
+        named = {token.strip() for token in listed} - drop
+        named.discard(b"")  # an empty list item (RFC 9110 section 5.6.1)
+        if named:  # a Connection header lists a header of the request's own
+            out = [(name, value) for name, value in out if name.lower() not in named]
+    return out
 
 
 _CONTENT_LENGTH = frozenset((b"content-length",))

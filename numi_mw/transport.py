@@ -50,6 +50,7 @@ from numi_mw.upstream import (
     api_keys,
     feed_answer,
     feed_answer_sync,
+    header_value,
     relay,
     relay_sync,
     target_url,
@@ -83,8 +84,8 @@ class _Call(NamedTuple):
         return choose_rewriter(
             self.options,
             response.status_code,
-            headers.get("content-type"),
-            headers.get("content-encoding"),
+            header_value(headers, b"content-type"),
+            header_value(headers, b"content-encoding"),
             decoded=DECODED,
         )
 

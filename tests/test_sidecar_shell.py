@@ -8,9 +8,12 @@ import json
 import anyio
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from numi_mw.asgi import HOP_BY_HOP, forwarded_headers
 from numi_mw.proxy import create_app
-from numi_mw.upstream import URL_CACHE, URL_CACHE_BYTES, _kept_url, target_url
+from numi_mw.upstream import URL_CACHE, URL_CACHE_BYTES, _kept_url, header_value, target_url
 
 ANSWER = {"id": "gen-1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi", "reasoning": "R"}}]}
 
@@ -52,3 +55,61 @@ def test_only_short_paths_and_queries_have_their_upstream_url_kept() -> None:
     for i in range(URL_CACHE + 10):
         target_url(base, f"/v1/models/{i}".encode(), b"")
     assert _kept_url.cache_info().currsize == URL_CACHE
+
+
+def test_forwarded_headers_drop_what_a_connection_header_lists_before_or_after_it() -> None:
+    raw = [
+        (b"X-Trace", b"  abc\t"),
+        (b"Connection", b"keep-alive, X-Trace ,Upgrade"),
+        (b"Host", b"sidecar"),
+        (b"Keep-Alive", b"timeout=5"),
+        (b"x-title", b"\tCaf\xc3\xa9 app "),
+        (b"authorization", b"Bearer sk-1"),
+    ]
+    assert forwarded_headers(raw, HOP_BY_HOP | {b"host"}) == [
+        (b"x-title", b"Caf\xc3\xa9 app"),
+        (b"authorization", b"Bearer sk-1"),
+    ]
+
+
+_NAMES = st.sampled_from([b"connection", b"Connection", b"host", b"x-a", b"X-A", b"x-b", b"te", b"keep-alive"])
+_VALUES = st.lists(st.sampled_from([b"x-a", b"X-B ", b" te", b"", b"close", b"\t1", b"2 "]), max_size=3)
+
+
+@given(st.lists(st.tuples(_NAMES, _VALUES.map(b",".join)), max_size=8))
+def test_forwarded_headers_are_the_headers_less_the_dropped_and_listed_names_values_trimmed(
+    raw: list[tuple[bytes, bytes]],
+) -> None:
+    """RFC 9110 sections 7.6.1 (a Connection header's tokens name hop-by-hop headers) and 5.5 (the spaces and tabs
+    around a value are no part of it)."""
+    drop = HOP_BY_HOP | {b"host"}
+    listed = {
+        token.strip().lower()
+        for name, value in raw
+        if name.lower() == b"connection"
+        for token in value.split(b",")
+        if token.strip()
+    }
+    expected = [(name, value.strip(b" \t")) for name, value in raw if name.lower() not in drop | listed]
+    assert forwarded_headers(raw, drop) == expected
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        [(b"Content-Type", b"application/json"), (b"x-a", b"1")],
+        [(b"content-encoding", b"gzip"), (b"Content-Encoding", b"br")],
+        [(b"x-title", b"Caf\xc3\xa9"), (b"content-type", b"text/plain; charset=\xc3\xa9")],
+        [(b"x-latin", b"caf\xe9"), (b"content-type", b"text/plain; x=\xe9")],
+        [],
+    ],
+)
+@pytest.mark.parametrize("name", [b"content-type", b"content-encoding"])
+def test_a_header_value_is_what_httpx_headers_get_gives(raw: list[tuple[bytes, bytes]], name: bytes) -> None:
+    headers = httpx.Headers(raw)
+    assert header_value(headers, name) == headers.get(name.decode())
+
+
+def test_a_repeated_header_is_its_values_joined() -> None:
+    headers = httpx.Headers([(b"Content-Encoding", b"gzip"), (b"content-encoding", b"br")])
+    assert (header_value(headers, b"content-encoding"), header_value(headers, b"content-type")) == ("gzip, br", None)

@@ -44,10 +44,9 @@ from numi_mw.asgi import (
     check_options,
     check_upstream,
     connection_tokens,
+    forwarded_headers,
     off_loop,
     read_body,
-    trimmed_values,
-    without_headers,
 )
 from numi_mw.core.adapters import WIRE_APIS, WireAdapter
 from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_listing
@@ -83,6 +82,7 @@ from numi_mw.upstream import (
     check_upstream_transport,
     close_upstream,
     feed_answer,
+    header_value,
     note_upstream,
     open_transport,
     relay,
@@ -313,7 +313,7 @@ class _Sidecar:
         else:
             content = await _client_body(request, watch)
         drop = _DROP_REQUEST if isinstance(content, bytes) else _DROP_STREAMED
-        headers = trimmed_values(without_headers(raw, drop | connection_tokens(raw)))
+        headers = forwarded_headers(raw, drop)
         headers.append((b"accept-encoding", b"identity"))
         if adapter is None:
             adapter = WIRE_APIS.get(provider.wire_api)  # every path of a native upstream needs its headers
@@ -341,8 +341,8 @@ class _Sidecar:
             rewriter = choose_rewriter(
                 call.options,
                 upstream.status_code,
-                upstream.headers.get("content-type"),
-                upstream.headers.get("content-encoding"),
+                header_value(upstream.headers, b"content-type"),
+                header_value(upstream.headers, b"content-encoding"),
                 decoded=DECODED,
             )
         extra = adjustments_header(call.adjustments) + restored_header(call.restored)
