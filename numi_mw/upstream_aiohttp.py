@@ -36,6 +36,13 @@ MAX_HEADER_COUNT = MAX_HEADER_BYTES // 4
 """The most response headers aiohttp parses (its default is 128; httpcore counts none): as many as fit in
 ``MAX_HEADER_BYTES`` at four bytes each (``a:`` and the line end)."""
 
+URL_KEPT = 256
+"""How many upstream URLs an ``AiohttpTransport`` keeps converted (``AiohttpTransport._url``); all are let go when
+one more comes."""
+URL_KEPT_BYTES = 1024
+"""The longest upstream URL, in characters, that an ``AiohttpTransport`` keeps converted: with ``URL_KEPT``, well
+under a MiB whatever clients send."""
+
 _SKIPPED = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 """Headers aiohttp adds to a request that lacks them, which the sidecar does not send: a client that sent none
 reaches the upstream without one, as it would directly."""
@@ -230,6 +237,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session: aiohttp.ClientSession | None = None
         self._httpcore: httpx.AsyncBaseTransport | None = None
         self._timeouts: dict[tuple[float | None, ...], tuple[aiohttp.ClientTimeout, float | None]] = {}
+        self._urls: dict[int, tuple[httpx.URL, URL]] = {}
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
@@ -255,6 +263,25 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         # (``upstream.ClosedBeforeAnswer``); aiohttp would first do so on its own for GET, PUT, DELETE and the like.
         self._session._retry_connection = False
         return self._session
+
+    def _url(self, url: httpx.URL) -> URL:
+        """``url`` as aiohttp is to send it: as given, no re-quoting, and without credentials (httpx has turned them
+        into the ``Authorization`` header). The last conversions of URLs up to ``URL_KEPT_BYTES`` long are kept by
+        the ``httpx.URL`` object itself, which ``upstream.target_url`` keeps per path: the text of an ``httpx.URL``
+        and yarl's parse of it cost about 16 k instructions a request. An entry holds its ``httpx.URL``, so no other
+        object can take its ``id`` while it is kept."""
+        kept = self._urls.get(id(url))
+        if kept is not None and kept[0] is url:
+            return kept[1]
+        text = str(url)
+        out = URL(text, encoded=True)
+        if out.raw_user is not None:
+            out = out.with_user(None)
+        if len(text) <= URL_KEPT_BYTES:
+            if len(self._urls) >= URL_KEPT:
+                self._urls.clear()
+            self._urls[id(url)] = (url, out)
+        return out
 
     def _timeout(self, request: httpx.Request) -> tuple[aiohttp.ClientTimeout, float | None]:
         """The aiohttp timeout for ``request``'s httpx ``timeout`` extension, and the seconds that bound writing the
@@ -293,9 +320,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 headers.add(name.decode(), value.decode())  # aiohttp writes them as UTF-8
         except UnicodeDecodeError:  # bytes aiohttp cannot write as they came (Latin-1 text, say): httpcore can
             return await self._fallback().handle_async_request(request)
-        url = URL(str(request.url), encoded=True)  # as sent: no re-quoting
-        if url.raw_user is not None:  # httpx has turned the URL's credentials into the Authorization header
-            url = url.with_user(None)
+        url = self._url(request.url)
         timeout, limit = self._timeout(request)
         session = self._session or self._open()
         with _as_httpx("send"):

@@ -30,7 +30,7 @@ from cryptography.x509.oid import NameOID
 from numi_mw.cli import main
 from numi_mw.proxy import create_app
 from numi_mw.upstream import ClosedBeforeAnswer, check_upstream_transport
-from numi_mw.upstream_aiohttp import AiohttpTransport, _as_httpx
+from numi_mw.upstream_aiohttp import URL_KEPT, URL_KEPT_BYTES, AiohttpTransport, _as_httpx
 from tests.e2e_support import free_port
 
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=100)
@@ -128,6 +128,30 @@ async def test_a_body_read_to_its_end_leaves_its_connection_for_the_next_request
         first = await client.get(f"{url}/a")
         second = await client.get(f"{url}/b")
     assert (first.content, second.content, len(accepted)) == (b"hello", b"hello", 1)
+
+
+def test_an_upstream_url_is_converted_once_per_url_object_and_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    transport = AiohttpTransport(LIMITS)
+    url = httpx.URL("http://user:pw@127.0.0.1:8000/v1/chat%2Fcompletions?a=%20b")
+    texts: list[str] = []
+    monkeypatch.setattr(httpx.URL, "__str__", lambda self: texts.append("str") or str(self._uri_reference))
+    converted = transport._url(url)
+    assert str(converted) == "http://127.0.0.1:8000/v1/chat%2Fcompletions?a=%20b"  # as given; credentials left out
+    assert transport._url(url) == converted
+    assert len(texts) == 1  # the second time, the kept conversion
+    equal = httpx.URL("http://user:pw@127.0.0.1:8000/v1/chat%2Fcompletions?a=%20b")  # another object: converted anew
+    assert (transport._url(equal), len(texts)) == (converted, 2)
+
+
+def test_the_converted_urls_kept_are_bounded_in_count_and_length() -> None:
+    transport = AiohttpTransport(LIMITS)
+    long = httpx.URL("http://127.0.0.1:8000/v1/" + "a" * URL_KEPT_BYTES)
+    assert str(transport._url(long)) == str(long)
+    assert transport._urls == {}  # too long to keep
+    urls = [httpx.URL(f"http://127.0.0.1:8000/v1/{i}") for i in range(URL_KEPT + 1)]
+    for url in urls:
+        transport._url(url)
+    assert list(transport._urls.values()) == [(urls[-1], transport._url(urls[-1]))]  # all let go when one more came
 
 
 async def test_a_body_closed_before_its_end_closes_its_connection() -> None:
