@@ -237,7 +237,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session: aiohttp.ClientSession | None = None
         self._httpcore: httpx.AsyncBaseTransport | None = None
         self._timeouts: dict[tuple[float | None, ...], tuple[aiohttp.ClientTimeout, float | None]] = {}
-        self._urls: dict[int, tuple[httpx.URL, URL]] = {}
+        self._urls: dict[int, tuple[object, URL]] = {}
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
@@ -267,11 +267,13 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     def _url(self, url: httpx.URL) -> URL:
         """``url`` as aiohttp is to send it: as given, no re-quoting, and without credentials (httpx has turned them
         into the ``Authorization`` header). The last conversions of URLs up to ``URL_KEPT_BYTES`` long are kept by
-        the ``httpx.URL`` object itself, which ``upstream.target_url`` keeps per path: the text of an ``httpx.URL``
-        and yarl's parse of it cost about 16 k instructions a request. An entry holds its ``httpx.URL``, so no other
-        object can take its ``id`` while it is kept."""
-        kept = self._urls.get(id(url))
-        if kept is not None and kept[0] is url:
+        the parsed URL that an ``httpx.URL`` holds, which every ``httpx.URL`` made from another shares (an
+        ``httpx.Request`` copies the URL it is given) and which ``upstream.target_url`` keeps per path: the text of
+        an ``httpx.URL`` and yarl's parse of it cost about 16 k instructions a request. An entry holds that parsed
+        URL, so no other object can take its ``id`` while it is kept."""
+        parsed = url._uri_reference
+        kept = self._urls.get(id(parsed))
+        if kept is not None and kept[0] is parsed:
             return kept[1]
         text = str(url)
         out = URL(text, encoded=True)
@@ -280,7 +282,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if len(text) <= URL_KEPT_BYTES:
             if len(self._urls) >= URL_KEPT:
                 self._urls.clear()
-            self._urls[id(url)] = (url, out)
+            self._urls[id(parsed)] = (parsed, out)
         return out
 
     def _timeout(self, request: httpx.Request) -> tuple[aiohttp.ClientTimeout, float | None]:

@@ -26,10 +26,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from yarl import URL
 
 from numi_mw.cli import main
 from numi_mw.proxy import create_app
-from numi_mw.upstream import ClosedBeforeAnswer, check_upstream_transport
+from numi_mw.upstream import ClosedBeforeAnswer, check_upstream_transport, upstream_request
 from numi_mw.upstream_aiohttp import URL_KEPT, URL_KEPT_BYTES, AiohttpTransport, _as_httpx
 from tests.e2e_support import free_port
 
@@ -139,7 +140,9 @@ def test_an_upstream_url_is_converted_once_per_url_object_and_as_given(monkeypat
     assert str(converted) == "http://127.0.0.1:8000/v1/chat%2Fcompletions?a=%20b"  # as given; credentials left out
     assert transport._url(url) == converted
     assert len(texts) == 1  # the second time, the kept conversion
-    equal = httpx.URL("http://user:pw@127.0.0.1:8000/v1/chat%2Fcompletions?a=%20b")  # another object: converted anew
+    request = upstream_request("POST", url, [], b"{}", {})  # its URL is a copy of the one given
+    assert (request.url is not url, transport._url(request.url), len(texts)) == (True, converted, 1)
+    equal = httpx.URL("http://user:pw@127.0.0.1:8000/v1/chat%2Fcompletions?a=%20b")  # parsed anew: converted anew
     assert (transport._url(equal), len(texts)) == (converted, 2)
 
 
@@ -151,7 +154,8 @@ def test_the_converted_urls_kept_are_bounded_in_count_and_length() -> None:
     urls = [httpx.URL(f"http://127.0.0.1:8000/v1/{i}") for i in range(URL_KEPT + 1)]
     for url in urls:
         transport._url(url)
-    assert list(transport._urls.values()) == [(urls[-1], transport._url(urls[-1]))]  # all let go when one more came
+    assert len(transport._urls) == 1  # all let go when one more came
+    assert transport._url(urls[-1]) == URL(str(urls[-1]))
 
 
 async def test_a_body_closed_before_its_end_closes_its_connection() -> None:
