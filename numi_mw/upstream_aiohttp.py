@@ -270,8 +270,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         the parsed URL that an ``httpx.URL`` holds, which every ``httpx.URL`` made from another shares (an
         ``httpx.Request`` copies the URL it is given) and which ``upstream.target_url`` keeps per path: the text of
         an ``httpx.URL`` and yarl's parse of it cost about 16 k instructions a request. An entry holds that parsed
-        URL, so no other object can take its ``id`` while it is kept."""
-        parsed = url._uri_reference
+        URL, so no other object can take its ``id`` while it is kept. The parsed URL is httpx's own attribute
+        (``_uri_reference``); were it gone, the ``httpx.URL`` itself would be the key, and a copy a miss."""
+        parsed: object = getattr(url, "_uri_reference", url)
         kept = self._urls.get(id(parsed))
         if kept is not None and kept[0] is parsed:
             return kept[1]
