@@ -3,10 +3,12 @@
 What ``numi-mw serve`` runs on, with nothing else: uvicorn with httptools and uvloop, a bare ASGI app, and one
 ``aiohttp.ClientSession`` to the upstream (no Starlette, no httpx, no operations layer, no rules). The request
 body is read whole and forwarded; the answer is relayed piece by piece as aiohttp reads it, so a stream stays a
-stream. Hop-by-hop headers are dropped both ways (RFC 9110 section 7.6.1), and aiohttp adds none of its default
-request headers (``User-Agent``, ``Accept``, ``Accept-Encoding``, ``Content-Type``), as in the sidecar. ``/v1``
-stands for the upstream base URL. An upstream that cannot be reached gets a 502 with an OpenAI-style error body.
-It listens on 127.0.0.1 only.
+stream. The path and query go as the client sent them (still percent-encoded). Hop-by-hop headers, and those a
+``Connection`` header lists, are dropped both ways (RFC 9110 section 7.6.1) by the sidecar's own functions
+(``asgi.forwarded_headers``, ``upstream.relayed_headers``: an answer keeps its ``content-length`` unless it came
+chunked), and aiohttp adds none of its default request headers (``User-Agent``, ``Accept``, ``Accept-Encoding``,
+``Content-Type``), as in the sidecar. ``/v1`` stands for the upstream base URL. An upstream that cannot be reached
+gets a 502 with an OpenAI-style error body. It listens on 127.0.0.1 only.
 
 The same-stack pass-through (``benchmarks.passthrough``) keeps Starlette and httpx's client, which the sidecar
 has left behind, and costs more per request than the sidecar itself; this relay is what a request through the
@@ -22,11 +24,12 @@ from typing import Any
 
 import aiohttp
 import uvicorn
+from yarl import URL
 
-from numi_mw.asgi import HOP_BY_HOP
+from numi_mw.asgi import HOP_BY_HOP, forwarded_headers
+from numi_mw.upstream import relayed_headers
 
 _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length"}
-_DROP_ANSWER = HOP_BY_HOP | {b"content-length"}
 _SKIPPED = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 _UNAVAILABLE = b'{"error":{"message":"upstream unavailable","type":"upstream_error","code":"upstream_unavailable"}}'
 
@@ -50,12 +53,13 @@ class Relay:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        path: str = scope["path"]
-        if path == "/v1" or path.startswith("/v1/"):
+        path: bytes = scope.get("raw_path") or scope["path"].encode()
+        if path == b"/v1" or path.startswith(b"/v1/"):
             path = path[3:]
         query = scope.get("query_string", b"")
-        url = self.base + path + ("?" + query.decode("latin-1") if query else "")
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"] if k not in _DROP_REQUEST]
+        url = URL(self.base + (path + (b"?" + query if query else b"")).decode("latin-1"), encoded=True)
+        sent = forwarded_headers(scope["headers"], _DROP_REQUEST)
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in sent]
         assert self.session is not None  # opened by the lifespan
         try:
             response = await self.session.request(
@@ -67,7 +71,7 @@ class Relay:
             await send({"type": "http.response.body", "body": _UNAVAILABLE})
             return
         try:
-            answer = [(k.lower(), v) for k, v in response.raw_headers if k.lower() not in _DROP_ANSWER]
+            answer = relayed_headers(response.raw_headers, HOP_BY_HOP, response.status)
             await send({"type": "http.response.start", "status": response.status, "headers": answer})
             async for piece in response.content.iter_any():
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
