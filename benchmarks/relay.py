@@ -1,7 +1,7 @@
 """The floor of the sidecar's own stack: ``python -m benchmarks.relay --upstream URL --port N``.
 
 What ``numi-mw serve`` runs on, with nothing else: uvicorn with httptools and uvloop, a bare ASGI app, and one
-``aiohttp.ClientSession`` to the upstream (no Starlette, no httpx, no operations layer, no rules). The request
+``aiohttp.ClientSession`` to the upstream (no Starlette, no httpx, no operations layer, no reasoning rules). The request
 body is read whole and forwarded; the answer is relayed piece by piece as aiohttp reads it, so a stream stays a
 stream. The path and query go as the client sent them (still percent-encoded). Hop-by-hop headers, and those a
 ``Connection`` header lists, are dropped both ways (RFC 9110 section 7.6.1) by the sidecar's own functions
