@@ -58,8 +58,8 @@ upstream client included:
   pass-through (``benchmarks.passthrough``: Starlette, httpx and uvicorn without a rule);
 - ``floor.relay_buffered``, ``floor.relay_stream``, ``floor.relay_buffered_new_connection``: the same requests
   (the last each on a new connection) through the floor of the sidecar's own stack (``benchmarks.relay``: uvicorn
-  with httptools and uvloop, a bare ASGI app and one aiohttp session, nothing else), what a request through the
-  sidecar cannot cost less than.
+  with httptools and uvloop, a bare ASGI app, one aiohttp session and the sidecar's header rules, nothing else),
+  what a request through the sidecar cannot cost less than.
 
 These count what CPU time per request measures under ``wrk``, without its noise: on a shared machine the CPU time
 of one request moved by half between runs, its instruction count by well under a percent.
