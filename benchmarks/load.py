@@ -494,7 +494,7 @@ def _latency_measurements(
             continue
         sides = [Side("numi_mw p99", mine / 1e3, "s/op"), Side("direct p99", direct / 1e3, "s/op")]
         floor = _p99(table, "relay", top, key)
-        if floor is not None:  # what the sidecar's stack adds with no reasoning rules and no shell (``benchmarks.relay``)
+        if floor is not None:  # what the stack adds with no reasoning rules and no shell (``benchmarks.relay``)
             sides.append(Side("relay floor p99", floor / 1e3, "s/op"))
         out.append(_row(name, title, mine - direct, "<=", 1.0, sides, extra, " ms"))
         for peer in ("litellm", "portkey"):
