@@ -28,9 +28,9 @@ from yarl import URL
 
 from numi_mw.asgi import HOP_BY_HOP, forwarded_headers
 from numi_mw.upstream import relayed_headers
+from numi_mw.upstream_aiohttp import SKIPPED_AUTO_HEADERS
 
 _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length"}
-_SKIPPED = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 _UNAVAILABLE = b'{"error":{"message":"upstream unavailable","type":"upstream_error","code":"upstream_unavailable"}}'
 
 
@@ -85,7 +85,7 @@ class Relay:
             if message["type"] == "lifespan.startup":
                 self.session = aiohttp.ClientSession(
                     connector=aiohttp.TCPConnector(limit=0),
-                    skip_auto_headers=_SKIPPED,
+                    skip_auto_headers=SKIPPED_AUTO_HEADERS,
                     cookie_jar=aiohttp.DummyCookieJar(),
                     auto_decompress=False,
                     trust_env=False,

@@ -43,7 +43,7 @@ URL_KEPT_BYTES = 1024
 """The longest upstream URL, in characters, that an ``AiohttpTransport`` keeps converted: with ``URL_KEPT``, well
 under a MiB whatever clients send."""
 
-_SKIPPED = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
+SKIPPED_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 """Headers aiohttp adds to a request that lacks them, which the sidecar does not send: a client that sent none
 reaches the upstream without one, as it would directly."""
 
@@ -250,7 +250,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session = aiohttp.ClientSession(
             connector=connector,
             request_class=_Request,
-            skip_auto_headers=_SKIPPED,
+            skip_auto_headers=SKIPPED_AUTO_HEADERS,
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,
             trust_env=False,
