@@ -665,33 +665,33 @@ def test_a_connection_closed_before_any_answer_byte_is_sent_once_more(upstream: 
     assert upstream.requests[before:] == [upstream.requests[before]] * 2
 
 
-def test_header_values_reach_the_upstream_byte_for_byte_without_the_spaces_around_them(
-    upstream: RawUpstream, base_url: str
+@pytest.mark.parametrize(
+    ("sent", "expected"),
+    [
+        pytest.param(
+            b"X-Title: Caf\xc3\xa9 app\r\nX-Latin: caf\xe9\r\nX-Spaced:   a  b \t \r\n",
+            b"x-title: Caf\xc3\xa9 app\r\nx-latin: caf\xe9\r\nx-spaced: a  b\r\n",
+            id="byte for byte without the spaces around them",
+        ),
+        pytest.param(
+            b"X-Forwarded-For: 203.0.113.7, 10.0.0.1\r\nX-Forwarded-Proto: https\r\n",
+            b"x-forwarded-for: 203.0.113.7, 10.0.0.1\r\nx-forwarded-proto: https\r\n",
+            id="forwarded headers as the client sent them",
+        ),
+    ],
+)
+def test_header_values_reach_the_upstream_as_sent(
+    upstream: RawUpstream, base_url: str, sent: bytes, expected: bytes
 ) -> None:
     """UTF-8 (an OpenRouter ``X-Title`` with an accent) and Latin-1 bytes go as they came; the spaces and tabs
-    around a value are no part of it (RFC 9110 section 5.5) and are dropped, which h11 needs to send it."""
-    upstream.reset(answer(OK_HEAD + b"content-length: 2\r\n\r\n{}"))
-    sent = (
-        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Title: Caf\xc3\xa9 app\r\nX-Latin: caf\xe9\r\n"
-        b"X-Spaced:   a  b \t \r\nConnection: close\r\n\r\n"
-    )
-    assert response_head(exchange(base_url, sent))[1] == b"{}"
-    assert upstream.requests[-1] == upstream_head(upstream, b"/v1/models") + (
-        b"Connection: keep-alive\r\nx-title: Caf\xc3\xa9 app\r\nx-latin: caf\xe9\r\nx-spaced: a  b\r\n" + NO_BODY
-    )
-
-
-def test_forwarded_headers_reach_the_upstream_as_the_client_sent_them(upstream: RawUpstream, base_url: str) -> None:
-    """``X-Forwarded-For`` and ``X-Forwarded-Proto`` are the upstream's to read: the sidecar neither takes them as its
+    around a value are no part of it (RFC 9110 section 5.5) and are dropped, which h11 needs to send it.
+    ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are the upstream's to read: the sidecar neither takes them as its
     client's address nor drops them."""
     upstream.reset(answer(OK_HEAD + b"content-length: 2\r\n\r\n{}"))
-    sent = (
-        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.7, 10.0.0.1\r\n"
-        b"X-Forwarded-Proto: https\r\nConnection: close\r\n\r\n"
-    )
-    assert response_head(exchange(base_url, sent))[1] == b"{}"
+    request = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + sent + b"Connection: close\r\n\r\n"
+    assert response_head(exchange(base_url, request))[1] == b"{}"
     assert upstream.requests[-1] == upstream_head(upstream, b"/v1/models") + (
-        b"Connection: keep-alive\r\nx-forwarded-for: 203.0.113.7, 10.0.0.1\r\nx-forwarded-proto: https\r\n" + NO_BODY
+        b"Connection: keep-alive\r\n" + expected + NO_BODY
     )
 
 
