@@ -131,7 +131,7 @@ async def test_a_body_read_to_its_end_leaves_its_connection_for_the_next_request
     assert (first.content, second.content, len(accepted)) == (b"hello", b"hello", 1)
 
 
-def test_an_upstream_url_is_converted_once_per_url_object_and_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_upstream_url_is_converted_once_per_parsed_url_and_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
     transport = AiohttpTransport(LIMITS)
     url = httpx.URL("http://user:pw@127.0.0.1:8000/v1/chat%2Fcompletions?a=%20b")
     texts: list[str] = []
