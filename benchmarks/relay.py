@@ -5,7 +5,7 @@ What ``numi-mw serve`` runs on, with nothing else: uvicorn with httptools and uv
 body is read whole and forwarded; the answer is relayed piece by piece as aiohttp reads it, so a stream stays a
 stream. The path and query go as the client sent them (still percent-encoded). Hop-by-hop headers, and those a
 ``Connection`` header lists, are dropped both ways (RFC 9110 section 7.6.1) by the sidecar's own functions
-(``asgi.forwarded_headers``, ``upstream.relayed_headers``: an answer keeps its ``content-length`` unless it came
+(``asgi.forwarded_headers``, ``upstream.answer_headers``: an answer keeps its ``content-length`` unless it came
 chunked), and aiohttp adds none of its default request headers (``User-Agent``, ``Accept``, ``Accept-Encoding``,
 ``Content-Type``), as in the sidecar. ``/v1`` stands for the upstream base URL. An upstream that cannot be reached
 gets a 502 with an OpenAI-style error body. It listens on 127.0.0.1 only.
@@ -27,7 +27,7 @@ import uvicorn
 from yarl import URL
 
 from numi_mw.asgi import HOP_BY_HOP, forwarded_headers
-from numi_mw.upstream import relayed_headers
+from numi_mw.upstream import answer_headers
 from numi_mw.upstream_aiohttp import SKIPPED_AUTO_HEADERS
 
 _DROP_REQUEST = HOP_BY_HOP | {b"host", b"content-length"}
@@ -71,7 +71,7 @@ class Relay:
             await send({"type": "http.response.body", "body": _UNAVAILABLE})
             return
         try:
-            answer = relayed_headers(response.raw_headers, HOP_BY_HOP, response.status)
+            answer = answer_headers(response.raw_headers, HOP_BY_HOP, response.status)
             await send({"type": "http.response.start", "status": response.status, "headers": answer})
             async for piece in response.content.iter_any():
                 await send({"type": "http.response.body", "body": piece, "more_body": True})

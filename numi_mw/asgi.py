@@ -129,15 +129,6 @@ def is_json(content_type: bytes | None) -> bool:
     return content_type is None or b"json" in content_type.lower()
 
 
-def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
-    """The header names a ``Connection`` header lists (hop-by-hop too, RFC 9110 section 7.6.1), lower-cased."""
-    names: set[bytes] = set()
-    for key, value in headers:
-        if key.lower() == b"connection":
-            names.update(token.strip().lower() for token in value.split(b",") if token.strip())
-    return frozenset(names)
-
-
 async def read_body(receive: Receive, limit: int, declared: bytes | None = None) -> bytes | None:
     """The whole request body from ASGI ``receive``, or ``None`` when the client left before it ended.
 

@@ -115,7 +115,9 @@ class _Call(NamedTuple):
 
     def whole(self, response: httpx.Response, rewriter: BodyRewriter) -> httpx.Response:
         """The answer for the upstream's whole body, which ``rewriter`` was fed (``feed_answer``), with its length."""
-        out, status, headers = whole_answer(rewriter, response.status_code, response.headers.raw, _DECODED_BODY)
+        out, status, headers = whole_answer(
+            rewriter, response.status_code, response.headers.raw, _DECODED_BODY, listed=False
+        )
         extensions = response.extensions
         if status != response.status_code:  # the upstream's reason phrase was for its own status
             extensions = {k: v for k, v in extensions.items() if k != "reason_phrase"}

@@ -29,7 +29,7 @@ import httpcore
 import httpx
 from httpcore._utils import is_socket_readable  # the probe httpcore 1.0's has_expired makes
 
-from numi_mw.asgi import Headers, connection_tokens, with_length, without_headers
+from numi_mw.asgi import Headers, with_length
 from numi_mw.core.adapters import WireAdapter
 from numi_mw.core.catalog import Catalog
 from numi_mw.core.errors import ApiError, bad_path, unreadable_path, upstream_timeout, upstream_unavailable
@@ -583,27 +583,77 @@ _CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 which raises instead of writing the answer."""
 
 
-def writable(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The upstream's answer ``headers`` (raw) without the ones whose value holds a control character other than a
-    tab, which the server in front of the sidecar cannot write (the rest of the answer goes on)."""
-    headers = list(headers)
-    if _CONTROL.search(b"\t".join(value for _, value in headers)):  # one search; a tab is allowed
-        return [(name, value) for name, value in headers if not _CONTROL.search(value)]
-    return headers
+_WATCHED = frozenset((b"connection", b"transfer-encoding", b"content-length", b"content-type"))
+"""The answer header names ``answer_headers`` reads besides ``drop``."""
+
+_NO_BODY = (204, 304)
 
 
-def relayed_headers(headers: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes], status: int = 200) -> Headers:
-    """The upstream's response ``headers`` (raw) as a body relayed chunk by chunk goes back with them: without the
-    names in ``drop`` (lower case; the hop-by-hop ones at least), without the names the upstream's ``Connection``
-    header lists (hop-by-hop too, RFC 9110 section 7.6.1), and without ``content-length`` when the upstream framed
-    the body with ``transfer-encoding``, which overrides it (RFC 9112 section 6.3): that body goes back chunked,
-    and a length beside the chunks would be wrong or ignored. A ``204`` or ``304`` answer (``status``) has no body
-    whatever its ``content-length`` says (RFC 9110 sections 8.6, 15.3.5 and 15.4.5), and goes back without that
-    header: the server in front of the sidecar would wait for that many body bytes."""
-    names = drop | connection_tokens(headers)
-    if status in (204, 304) or any(name.lower() == b"transfer-encoding" for name, _ in headers):
-        names = names | {b"content-length"}
-    return without_headers(writable(headers), names)
+def answer_headers(
+    headers: Iterable[tuple[bytes, bytes]],
+    drop: frozenset[bytes],
+    status: int = 200,
+    *,
+    length: int | None = None,
+    content_type: bytes | None = None,
+    listed: bool = True,
+) -> Headers:
+    """The upstream's answer ``headers`` (raw, names as the upstream wrote them, in order) as they go back to the
+    client, in one pass over them:
+
+    - without the names in ``drop`` (lower case; the hop-by-hop ones at least, ``asgi.HOP_BY_HOP``), and, when
+      ``listed``, the names a ``Connection`` header lists (hop-by-hop too, RFC 9110 section 7.6.1; an httpx
+      transport is no hop and keeps them, as the client's own transport would);
+    - without a header whose value holds a control character other than a tab (invalid in a field value, RFC 9110
+      section 5.5), which the server in front of the sidecar cannot write: the rest of the answer goes on;
+    - a body relayed chunk by chunk (``length`` ``None``) goes back without ``content-length`` when the upstream
+      framed it with ``transfer-encoding``, which overrides it (RFC 9112 section 6.3; that body goes back chunked,
+      and a length beside the chunks would be wrong or ignored), and a ``204`` or ``304`` answer (``status``) has
+      no body whatever its ``content-length`` says (RFC 9110 sections 8.6, 15.3.5 and 15.4.5): the server in front
+      would wait for that many body bytes;
+    - a whole body of ``length`` bytes goes back with ``content-length: length`` at the end instead of the
+      upstream's, and with ``content_type``, when given (a rewriter that changed the body), instead of the
+      upstream's ``content-type``, just before it.
+
+    A second pass is made only when a ``Connection`` header lists a name outside ``drop``, when a ``content-length``
+    came beside ``transfer-encoding``, or when a value holds a control character.
+    """
+    out: Headers = []
+    listing: list[bytes] = []  # the Connection headers' values
+    chunked = False
+    kept_length = False
+    whole = length is not None
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered in _WATCHED:
+            if lowered == b"connection":
+                if listed:
+                    listing.append(value)
+            elif lowered == b"transfer-encoding":
+                chunked = True
+            elif lowered == b"content-length":
+                if whole or status in _NO_BODY:
+                    continue
+                kept_length = lowered not in drop
+            elif content_type is not None:  # the rewriter's replaces it
+                continue
+        if lowered not in drop:
+            out.append((name, value))
+    named: set[bytes] = set()
+    if listing:
+        named = {token.strip() for value in listing for token in value.lower().split(b",")} - drop
+        named.discard(b"")  # an empty list item (RFC 9110 section 5.6.1)
+    if chunked and kept_length:
+        named.add(b"content-length")
+    if named:  # a Connection header lists a header of the answer's own, or a length came beside the chunks
+        out = [(name, value) for name, value in out if name.lower() not in named]
+    if _CONTROL.search(b"\t".join([value for _, value in out])):  # one search; a tab is allowed
+        out = [(name, value) for name, value in out if not _CONTROL.search(value)]
+    if content_type is not None:
+        out.append((b"content-type", content_type))
+    if length is not None:
+        out.append((b"content-length", b"%d" % length))
+    return out
 
 
 def api_keys(catalog: Catalog) -> dict[str, str]:
@@ -870,15 +920,21 @@ def decoded_body_sync(upstream: httpx.Response) -> Iterator[bytes]:
 
 
 def whole_answer(
-    rewriter: BodyRewriter, status: int, headers: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes]
+    rewriter: BodyRewriter,
+    status: int,
+    headers: Iterable[tuple[bytes, bytes]],
+    drop: frozenset[bytes],
+    *,
+    listed: bool = True,
 ) -> tuple[bytes, int, Headers]:
     """The client's answer for the whole upstream body ``rewriter`` was fed (``feed_answer``): the bytes, the status
-    (the rewriter's when it sets one, else ``status``), and ``headers`` without the names in ``drop`` (lower
-    case), with the body's ``content-length`` and, when the rewriter changed the body, its ``content-type``."""
+    (the rewriter's when it sets one, else ``status``), and the upstream's ``headers`` as ``answer_headers`` sends
+    them back (without the names in ``drop``, lower case, and, when ``listed``, those a ``Connection`` header
+    lists), with the body's ``content-length`` and, when the rewriter changed the body, its ``content-type``."""
     out = rewriter.finish()
     media = rewriter.content_type if rewriter.changed else None
     status = rewriter.status if rewriter.status is not None else status
-    return out, status, with_length(writable(headers), len(out), drop, content_type=media)
+    return out, status, answer_headers(headers, drop, length=len(out), content_type=media, listed=listed)
 
 
 async def relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> AsyncIterator[bytes]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from numi_mw.asgi import HOP_BY_HOP, forwarded_headers
 from numi_mw.proxy import create_app
-from numi_mw.upstream import URL_CACHE, URL_CACHE_BYTES, _kept_url, header_value, target_url
+from numi_mw.upstream import URL_CACHE, URL_CACHE_BYTES, _kept_url, answer_headers, header_value, target_url
 
 ANSWER = {"id": "gen-1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi", "reasoning": "R"}}]}
 
@@ -92,6 +92,84 @@ def test_forwarded_headers_are_the_headers_less_the_dropped_and_listed_names_val
     }
     expected = [(name, value.strip(b" \t")) for name, value in raw if name.lower() not in drop | listed]
     assert forwarded_headers(raw, drop) == expected
+
+
+_ANSWER = [
+    (b"X-Hop", b"1"),
+    (b"Content-Length", b"27"),
+    (b"Connection", b"keep-alive, X-Hop"),
+    (b"x-odd", b"a\x01b"),
+    (b"Transfer-Encoding", b"chunked"),
+    (b"Content-Type", b"application/json"),
+    (b"x-tab", b"a\tb"),
+]
+
+
+def test_a_relayed_answer_loses_the_listed_the_unwritable_and_a_length_beside_the_chunks() -> None:
+    """RFC 9110 sections 7.6.1 and 5.5, RFC 9112 section 6.3; the names as the upstream wrote them, in order."""
+    assert answer_headers(_ANSWER, HOP_BY_HOP, 200) == [(b"Content-Type", b"application/json"), (b"x-tab", b"a\tb")]
+
+
+def test_a_whole_answer_gets_its_own_length_and_content_type_at_the_end() -> None:
+    assert answer_headers(_ANSWER, HOP_BY_HOP, length=12, content_type=b"application/json; charset=utf-8") == [
+        (b"x-tab", b"a\tb"),
+        (b"content-type", b"application/json; charset=utf-8"),
+        (b"content-length", b"12"),
+    ]
+
+
+def test_an_httpx_transport_keeps_what_a_connection_header_lists() -> None:
+    drop = frozenset((b"content-length", b"content-encoding", b"transfer-encoding"))
+    assert answer_headers(_ANSWER, drop, length=12, listed=False) == [
+        (b"X-Hop", b"1"),
+        (b"Connection", b"keep-alive, X-Hop"),
+        (b"Content-Type", b"application/json"),
+        (b"x-tab", b"a\tb"),
+        (b"content-length", b"12"),
+    ]
+
+
+_ANSWER_NAMES = st.sampled_from(
+    [b"connection", b"Connection", b"content-length", b"Content-Length", b"transfer-encoding", b"content-type",
+     b"Content-Type", b"x-a", b"X-A", b"keep-alive", b"content-encoding"]
+)  # fmt: skip
+_ANSWER_VALUES = st.lists(
+    st.sampled_from([b"x-a", b"Content-Type ", b" content-length", b"", b"close", b"\t1", b"2\x00", b"\x7f"]),
+    max_size=3,
+)
+
+
+@given(
+    st.lists(st.tuples(_ANSWER_NAMES, _ANSWER_VALUES.map(b",".join)), max_size=8),
+    st.sampled_from([200, 204, 304, 500]),
+    st.none() | st.integers(0, 99),
+    st.none() | st.just(b"application/json"),
+    st.booleans(),
+)
+def test_answer_headers_are_the_rules_applied_one_after_another(
+    raw: list[tuple[bytes, bytes]], status: int, length: int | None, content_type: bytes | None, listed: bool
+) -> None:
+    """The same rules as ``answer_headers`` states them, applied one at a time, each over every header."""
+    drop = HOP_BY_HOP | {b"content-encoding"}
+    names = {name.lower() for name, _ in raw}
+    gone = set(drop)
+    if listed:
+        gone |= {
+            token.strip().lower()
+            for name, value in raw
+            if name.lower() == b"connection"
+            for token in value.split(b",")
+            if token.strip()
+        }
+    if length is not None or status in (204, 304) or b"transfer-encoding" in names:
+        gone.add(b"content-length")
+    if content_type is not None:
+        gone.add(b"content-type")
+    controls = set(range(9)) | set(range(10, 32)) | {127}
+    expected = [(n, v) for n, v in raw if n.lower() not in gone and not controls & set(v)]
+    expected += [(b"content-type", content_type)] if content_type is not None else []
+    expected += [(b"content-length", str(length).encode())] if length is not None else []
+    assert answer_headers(raw, drop, status, length=length, content_type=content_type, listed=listed) == expected
 
 
 @pytest.mark.parametrize(

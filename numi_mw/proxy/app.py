@@ -43,7 +43,6 @@ from numi_mw.asgi import (
     check_limits,
     check_options,
     check_upstream,
-    connection_tokens,
     forwarded_headers,
     off_loop,
     read_body,
@@ -77,6 +76,7 @@ from numi_mw.upstream import (
     DECODED,
     DEFAULT_UPSTREAM_TRANSPORT,
     ClosedBeforeAnswer,
+    answer_headers,
     answer_options,
     api_keys,
     check_upstream_transport,
@@ -86,7 +86,6 @@ from numi_mw.upstream import (
     note_upstream,
     open_transport,
     relay,
-    relayed_headers,
     send_upstream,
     target_url,
     upstream_failure,
@@ -351,9 +350,8 @@ class _Sidecar:
                 size = await feed_answer(upstream, rewriter)
             except httpx.RequestError as exc:
                 raise upstream_failure(exc, "body") from None
-            raw = upstream.headers.raw
             body, status, headers = await off_loop(
-                size, whole_answer, rewriter, upstream.status_code, raw, _DROP_REWRITTEN | connection_tokens(raw)
+                size, whole_answer, rewriter, upstream.status_code, upstream.headers.raw, _DROP_REWRITTEN
             )
             if call.scope is not None and 200 <= status < 300:
                 await self._remember(call.scope, call.context, body)
@@ -364,7 +362,7 @@ class _Sidecar:
         if rewriter is not None and call.scope is not None:
             chunks = _remember_stream(self.replay, call.scope, call.context, chunks)
         drop = _DROP_REWRITTEN if rewriter else HOP_BY_HOP
-        headers = relayed_headers(upstream.headers.raw, drop, upstream.status_code)
+        headers = answer_headers(upstream.headers.raw, drop, upstream.status_code)
         return _Relayed(upstream.status_code, headers + extra, chunks)
 
     async def _remember(self, scope: str, context: str, body: bytes) -> None:
