@@ -327,19 +327,34 @@ _FRAMED_EVENTS = st.lists(_LINES, max_size=3).map(lambda lines: b"".join(lines) 
 
 @settings(max_examples=500, deadline=None)
 @given(
+    start=st.sampled_from([b"", b": first\n\n", b"\xef\xbb\xbf", b"\xef\xbb", b"\xef"]),
     events=st.lists(st.one_of(_FRAMED_EVENTS, _FRAMED_EVENTS, _PIECES), max_size=16),
     cuts=st.lists(st.integers(0, 600), max_size=8),
 )
-def test_the_fast_path_cuts_the_events_the_line_parser_does(events: list[bytes], cuts: list[int]) -> None:
+def test_the_fast_path_cuts_the_events_the_line_parser_does(start: bytes, events: list[bytes], cuts: list[int]) -> None:
     """Chunks at an event boundary are cut without the line parser (one ``data:`` line, ``event:`` then ``data:``,
     a comment, a lone blank line): every event, its fields and its bytes, as the line parser gives them, whether
-    the chunks are cut anywhere or are one event each (after a first one, since the stream's first bytes always
-    go to the line parser)."""
-    stream = b": first\n\n" + b"".join(events)
+    the chunks are cut anywhere or are one event each, from the stream's first byte (a first chunk that may start
+    a BOM, or part of one, goes to the line parser)."""
+    stream = start + b"".join(events)
     for chunks in (split_at(stream, cuts), [e.raw for e in decode(stream)]):
         line_parser = _line_parser()
         expected = [e for chunk in chunks for e in line_parser.feed(chunk)] + line_parser.flush()
         assert decode(*chunks) == expected
+
+
+def test_a_first_chunk_of_many_events_is_cut_the_same_with_or_without_a_bom() -> None:
+    chunk = b'data: {"a":1}\n\n: ping\n\nevent: e\ndata: 2\n\n'
+    expected = [
+        SSEEvent(b'data: {"a":1}\n\n', b'{"a":1}'),
+        SSEEvent(b": ping\n\n", None, None, None, True),
+        SSEEvent(b"event: e\ndata: 2\n\n", b"2", "e"),
+    ]
+    assert SSEDecoder().feed(chunk) == expected
+    assert SSEDecoder().feed(b"\xef\xbb\xbf" + chunk) == [
+        SSEEvent(b"\xef\xbb\xbf" + expected[0].raw, b'{"a":1}'),
+        *expected[1:],
+    ]
 
 
 def test_the_fast_path_on_anthropic_framing_exact_values() -> None:

@@ -128,11 +128,12 @@ class SSEDecoder:
         if (
             self._simple
             and not self._buf
-            and not self._at_start
             and chunk
+            and (not self._at_start or chunk[0] != _BOM[0])  # the stream's first byte: no BOM can start there
             and _CR not in chunk
             and len(chunk) <= self._limit
         ):
+            self._at_start = False
             return self._feed_simple(chunk)
         if chunk:
             self._buf += chunk
