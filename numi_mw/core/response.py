@@ -328,7 +328,8 @@ class SSERewriter:
         self._first = -1 if options.exclude and options.think is None else 0
         self._repeats = 0
         # the shape, while it rewrote the last event and the decoder held nothing after it: tried on the next
-        # chunk within the event bound before the decoder (``feed``), whose state its rewrites leave as it is
+        # chunk within the event bound before the decoder (``feed``), whose state its rewrites leave as it is, and
+        # on the next event of a chunk the decoder cut into many (``_event``) before the prefilter
         self._lead: ChunkShape | None = None
         self._max_event = self._decoder.limit
 
@@ -412,6 +413,12 @@ class SSERewriter:
         data = event.data
         if data is None:
             return event.raw
+        lead = self._lead
+        if lead is not None:  # a run of one shape in a read of many events: as ``feed`` tries it on a chunk
+            out = lead.rewrite(event.raw)
+            if out is not None:
+                return out
+            self._lead = None
         return self._data(event.raw, data, event.event, event.id)
 
     def _data(self, raw: bytes, data: bytes, event: str | None, id: str | None) -> bytes:
