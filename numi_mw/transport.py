@@ -40,17 +40,15 @@ from numi_mw.core.response import (
     ResponseOptions,
     Rewriter,
     StreamRewriter,
-    choose_rewriter,
 )
 from numi_mw.core.routing import Route, fixed_route
 from numi_mw.core.think import ThinkStart, ThinkTags
 from numi_mw.upstream import (
-    DECODED,
     answer_options,
+    answer_rewriter,
     api_keys,
     feed_answer,
     feed_answer_sync,
-    header_value,
     relay,
     relay_sync,
     target_url,
@@ -80,14 +78,7 @@ class _Call(NamedTuple):
     def rewriter(self, response: httpx.Response) -> Rewriter | None:
         """The rewriter for the upstream's answer, or ``None`` when it passes through (``choose_rewriter``; gzip
         and deflate bodies are read decoded)."""
-        headers = response.headers
-        return choose_rewriter(
-            self.options,
-            response.status_code,
-            header_value(headers, b"content-type"),
-            header_value(headers, b"content-encoding"),
-            decoded=DECODED,
-        )
+        return answer_rewriter(self.options, response)
 
     def passed(self, response: httpx.Response) -> httpx.Response:
         """The upstream's answer as it came, with the adjustments header."""

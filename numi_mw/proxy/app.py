@@ -60,7 +60,6 @@ from numi_mw.core.response import (
     Bounds,
     ResponseOptions,
     StreamRewriter,
-    choose_rewriter,
 )
 from numi_mw.core.routing import Route, fixed_route
 from numi_mw.core.think import ThinkStart, ThinkTags
@@ -73,16 +72,15 @@ from numi_mw.replay_store import (
     restored_header,
 )
 from numi_mw.upstream import (
-    DECODED,
     DEFAULT_UPSTREAM_TRANSPORT,
     ClosedBeforeAnswer,
     answer_headers,
     answer_options,
+    answer_rewriter,
     api_keys,
     check_upstream_transport,
     close_upstream,
     feed_answer,
-    header_value,
     note_upstream,
     open_transport,
     relay,
@@ -335,15 +333,7 @@ class _Sidecar:
             ApiError: 502 or 504 when a buffered body cannot be read whole (``upstream_failure``); 502 when it is
                 over ``max_response_bytes`` decoded (the rewriter's bound, ``response.Bounds``).
         """
-        rewriter = None
-        if call.options is not None:
-            rewriter = choose_rewriter(
-                call.options,
-                upstream.status_code,
-                header_value(upstream.headers, b"content-type"),
-                header_value(upstream.headers, b"content-encoding"),
-                decoded=DECODED,
-            )
+        rewriter = answer_rewriter(call.options, upstream) if call.options is not None else None
         extra = adjustments_header(call.adjustments) + restored_header(call.restored)
         if rewriter is not None and not isinstance(rewriter, StreamRewriter):
             try:
