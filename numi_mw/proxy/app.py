@@ -345,15 +345,13 @@ class _Sidecar:
             )
             if call.scope is not None and 200 <= status < 300:
                 await self._remember(call.scope, call.context, body)
-            plain = Response(body, status_code=status)
-            plain.raw_headers = headers + extra
-            return plain
+            return _Answer(status, headers + extra, body)
         chunks = relay(upstream, rewriter)
         if rewriter is not None and call.scope is not None:
             chunks = _remember_stream(self.replay, call.scope, call.context, chunks)
         drop = _DROP_REWRITTEN if rewriter else HOP_BY_HOP
         headers = answer_headers(upstream.headers.raw, drop, upstream.status_code)
-        return _Relayed(upstream.status_code, headers + extra, chunks)
+        return _Answer(upstream.status_code, headers + extra, chunks=chunks)
 
     async def _remember(self, scope: str, context: str, body: bytes) -> None:
         """Keep the opaque state of each choice of a buffered chat completion (``replay.answer_states``: the
@@ -389,9 +387,12 @@ async def _kept_stream(
         await replay.keep(scope, states.states())
 
 
-class _Relayed:
-    """An upstream body relayed to the client as it comes: the response head, then each chunk of ``chunks`` as one
-    ASGI ``http.response.body`` message the moment it is yielded, then the body's end (ASGI spec "HTTP" section).
+class _Answer:
+    """An answer to the client: the response head, then the whole ``body`` in one ASGI ``http.response.body``
+    message, or, for an upstream body relayed as it comes, each chunk of ``chunks`` as one such message the moment
+    it is yielded and then the body's end (ASGI spec "HTTP" section). Its head is as given: Starlette's
+    ``Response`` would first make the headers of a body it is given (about 9 k instructions a request), which the
+    answer's own replace.
 
     The client's leaving is ``_ClientWatch``'s to notice (it cancels the whole call), so no second task listens
     for it here, as Starlette's ``StreamingResponse`` would start under a server of ASGI spec version below 2.4.
@@ -402,19 +403,23 @@ class _Relayed:
         httpx.RequestError: from ``chunks`` (``upstream.relay``: the upstream broke off a body relayed as is).
     """
 
-    __slots__ = ("chunks", "headers", "status")
+    __slots__ = ("body", "chunks", "headers", "status")
 
-    def __init__(self, status: int, headers: Headers, chunks: AsyncIterator[bytes]) -> None:
+    def __init__(
+        self, status: int, headers: Headers, body: bytes = b"", *, chunks: AsyncIterator[bytes] | None = None
+    ) -> None:
         self.status = status
         self.headers = headers
+        self.body = body
         self.chunks = chunks
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
-            async for chunk in self.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if self.chunks is not None:
+                async for chunk in self.chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": self.body, "more_body": False})
         except OSError:
             raise ClientDisconnect() from None
 
