@@ -614,8 +614,8 @@ def answer_headers(
       no body whatever its ``content-length`` says (RFC 9110 sections 8.6, 15.3.5 and 15.4.5): the server in front
       would wait for that many body bytes;
     - a whole body of ``length`` bytes goes back with ``content-length: length`` at the end instead of the
-      upstream's, and with ``content_type``, when given (a rewriter that changed the body), instead of the
-      upstream's ``content-type``, just before it.
+      upstream's (a ``204`` or ``304`` with none, as above), and with ``content_type``, when given (a rewriter that
+      changed the body), instead of the upstream's ``content-type``, just before it.
 
     A second pass is made only when a ``Connection`` header lists a name outside ``drop``, when a ``content-length``
     came beside ``transfer-encoding``, or when a value holds a control character.
@@ -653,7 +653,7 @@ def answer_headers(
         out = [(name, value) for name, value in out if not _CONTROL.search(value)]
     if content_type is not None:
         out.append((b"content-type", content_type))
-    if length is not None:
+    if length is not None and status not in _NO_BODY:
         out.append((b"content-length", b"%d" % length))
     return out
 
@@ -950,11 +950,12 @@ def whole_answer(
     """The client's answer for the whole upstream body ``rewriter`` was fed (``feed_answer``): the bytes, the status
     (the rewriter's when it sets one, else ``status``), and the upstream's ``headers`` as ``answer_headers`` sends
     them back (without the names in ``drop``, lower case, and, when ``listed``, those a ``Connection`` header
-    lists), with the body's ``content-length`` and, when the rewriter changed the body, its ``content-type``."""
+    lists), with the body's ``content-length`` (none for a ``204`` or ``304``) and, when the rewriter changed the
+    body, its ``content-type``."""
     out = rewriter.finish()
     media = rewriter.content_type if rewriter.changed else None
     status = rewriter.status if rewriter.status is not None else status
-    return out, status, answer_headers(headers, drop, length=len(out), content_type=media, listed=listed)
+    return out, status, answer_headers(headers, drop, status, length=len(out), content_type=media, listed=listed)
 
 
 async def relay(upstream: httpx.Response, rewriter: StreamRewriter | None) -> AsyncIterator[bytes]:

@@ -118,6 +118,15 @@ def test_a_whole_answer_gets_its_own_length_and_content_type_at_the_end() -> Non
     ]
 
 
+@pytest.mark.parametrize("status", [204, 304])
+def test_a_whole_answer_without_a_body_gets_no_length(status: int) -> None:
+    """RFC 9110 sections 8.6, 15.3.5 and 15.4.5: neither has a body."""
+    assert answer_headers(_ANSWER, HOP_BY_HOP, status, length=0) == [
+        (b"Content-Type", b"application/json"),
+        (b"x-tab", b"a\tb"),
+    ]
+
+
 def test_an_httpx_transport_keeps_what_a_connection_header_lists() -> None:
     drop = frozenset((b"content-length", b"content-encoding", b"transfer-encoding"))
     assert answer_headers(_ANSWER, drop, length=12, listed=False) == [
@@ -168,7 +177,7 @@ def test_answer_headers_are_the_rules_applied_one_after_another(
     controls = set(range(9)) | set(range(10, 32)) | {127}
     expected = [(n, v) for n, v in raw if n.lower() not in gone and not controls & set(v)]
     expected += [(b"content-type", content_type)] if content_type is not None else []
-    expected += [(b"content-length", str(length).encode())] if length is not None else []
+    expected += [(b"content-length", str(length).encode())] if length is not None and status not in (204, 304) else []
     assert answer_headers(raw, drop, status, length=length, content_type=content_type, listed=listed) == expected
 
 
