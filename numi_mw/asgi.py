@@ -63,22 +63,29 @@ def forwarded_headers(headers: Iterable[tuple[bytes, bytes]], drop: frozenset[by
     them on, and h11 refuses to send a value that has them. One pass over the headers, and a second only when a
     ``Connection`` header lists a name outside ``drop``."""
     out: Headers = []
-    listed: list[bytes] = []  # the Connection headers' tokens, lower case, spaces around them not yet stripped
+    listing: list[bytes] = []  # the Connection headers' values
     for name, value in headers:
         lowered = name.lower()
         if lowered == b"connection":
-            listed += value.lower().split(b",")
+            listing.append(value)
         if lowered in drop:
             continue
         if value and (value[0] in _OWS or value[-1] in _OWS):
             value = value.strip(_OWS)
         out.append((name, value))
-    if listed:
-        named = {token.strip() for token in listed} - drop
-        named.discard(b"")  # an empty list item (RFC 9110 section 5.6.1)
+    if listing:
+        named = listed_names(listing, drop)
         if named:  # a Connection header lists a header of the request's own
             out = [(name, value) for name, value in out if name.lower() not in named]
     return out
+
+
+def listed_names(values: Iterable[bytes], drop: frozenset[bytes]) -> set[bytes]:
+    """The header names that ``Connection`` header ``values`` list (hop-by-hop too, RFC 9110 section 7.6.1), lower
+    case, without the names in ``drop`` (lower case) and without an empty list item (RFC 9110 section 5.6.1)."""
+    named = {token.strip() for value in values for token in value.lower().split(b",")} - drop
+    named.discard(b"")
+    return named
 
 
 _CONTENT_LENGTH = frozenset((b"content-length",))

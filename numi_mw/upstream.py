@@ -29,7 +29,7 @@ import httpcore
 import httpx
 from httpcore._utils import is_socket_readable  # the probe httpcore 1.0's has_expired makes
 
-from numi_mw.asgi import Headers, with_length
+from numi_mw.asgi import Headers, listed_names, with_length
 from numi_mw.core.adapters import WireAdapter
 from numi_mw.core.catalog import Catalog
 from numi_mw.core.errors import ApiError, bad_path, unreadable_path, upstream_timeout, upstream_unavailable
@@ -641,10 +641,7 @@ def answer_headers(
                 continue
         if lowered not in drop:
             out.append((name, value))
-    named: set[bytes] = set()
-    if listing:
-        named = {token.strip() for value in listing for token in value.lower().split(b",")} - drop
-        named.discard(b"")  # an empty list item (RFC 9110 section 5.6.1)
+    named = listed_names(listing, drop) if listing else set()
     if chunked and kept_length:
         named.add(b"content-length")
     if named:  # a Connection header lists a header of the answer's own, or a length came beside the chunks
