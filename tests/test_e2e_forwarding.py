@@ -795,11 +795,15 @@ def exchange_while_sending(base_url: str, request_line: bytes, body: bytes) -> b
     return data
 
 
-@pytest.mark.parametrize(
+RELAYED_AND_REWRITTEN = pytest.mark.parametrize(
     "request_bytes",
     [b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", closing(post(b"/v1/chat/completions", CHAT))],
     ids=["relayed", "rewritten"],
 )
+"""A request whose answer the sidecar relays as it comes, and one whose answer it rewrites (a chat completion)."""
+
+
+@RELAYED_AND_REWRITTEN
 @pytest.mark.parametrize("status", [b"204 No Content", b"304 Not Modified"])
 def test_an_answer_without_a_body_goes_back_without_its_content_length(
     upstream: RawUpstream, base_url: str, status: bytes, request_bytes: bytes
@@ -831,10 +835,7 @@ def test_a_status_outside_100_to_599_is_a_502_sent_once(upstream: RawUpstream, b
     assert len(upstream.requests) - before == 1
 
 
-@pytest.mark.parametrize(
-    "request_bytes",
-    [b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", closing(post(b"/v1/chat/completions", CHAT))],
-)
+@RELAYED_AND_REWRITTEN
 def test_an_answer_header_with_a_control_character_is_left_out(
     upstream: RawUpstream, base_url: str, request_bytes: bytes
 ) -> None:
