@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numi_mw.asgi import HOP_BY_HOP, forwarded_headers
+from numi_mw.asgi import HOP_BY_HOP, forwarded_headers, is_json
 from numi_mw.proxy import create_app
 from numi_mw.upstream import URL_CACHE, URL_CACHE_BYTES, _kept_url, answer_headers, header_values, target_url
 
@@ -203,3 +203,25 @@ def test_header_values_are_what_httpx_headers_get_gives(
 def test_a_repeated_header_is_its_values_joined() -> None:
     headers = httpx.Headers([(b"Content-Encoding", b"gzip"), (b"content-encoding", b"br")])
     assert header_values(headers, b"content-encoding", b"content-type") == ["gzip, br", None]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, True),  # no content-type: read as JSON
+        (b"application/json", True),
+        (b"application/json; charset=utf-8", True),
+        (b"Application/JSON; Charset=UTF-8", True),
+        (b"application/vnd.api+json", True),
+        (b"text/plain", False),
+        (b"application/x-www-form-urlencoded", False),  # what curl -d sends
+        (b"", False),
+    ],
+)
+def test_is_json_is_a_mention_of_json_in_any_case(value: bytes | None, expected: bool) -> None:
+    assert is_json(value) is expected
+
+
+@given(st.one_of(st.sampled_from([b"application/json", b"application/json; charset=utf-8", b"text/json"]), st.binary()))
+def test_is_json_looks_up_common_spellings_without_changing_the_answer(value: bytes) -> None:
+    assert is_json(value) is (b"json" in value.lower())
