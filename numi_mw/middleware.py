@@ -121,8 +121,6 @@ class ReasoningMiddleware:
         self.usage = usage_rules(self.rules)  # the provider's row; no catalog, so no prices and no cost from them
         self._including = ResponseOptions(exclude=False, think=self.think, bounds=self.bounds, usage=self.usage)
         self._excluding = ResponseOptions(exclude=True, think=self.think, bounds=self.bounds, usage=self.usage)
-        # built once: a request without restored state calls it as it is (a partial per request cost instructions)
-        self._prepare = partial(prepare_request, target=self.route, max_body_bytes=max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not is_chat_completions(scope["method"], scope["path"]):
@@ -143,9 +141,11 @@ class ReasoningMiddleware:
                 tenant = credential_scope(_credentials(scope["headers"]))
                 keys, context = await off_loop(len(body), missing_in_body, body)
                 found = await self.replay.lookup(tenant, keys)
-            prepare = self._prepare if found is None else partial(self._prepare, restored=found)
-            # off_loop's own test, here without its coroutine for the small body most requests are
-            prepared = prepare(body) if len(body) < OFF_LOOP_BYTES else await off_loop(len(body), prepare, body)
+            if len(body) < OFF_LOOP_BYTES:  # off_loop's own test, here without its coroutine (and partial)
+                prepared = prepare_request(body, self.route, max_body_bytes=self.max_body_bytes, restored=found)
+            else:
+                prepare = partial(prepare_request, body, self.route, max_body_bytes=self.max_body_bytes, restored=found)
+                prepared = await off_loop(len(body), prepare)
         except ApiError as error:
             await send_error(send, error)
             return
@@ -256,7 +256,23 @@ class _NormalizingSend:
     raises ``ApiError``) a stream ends with its error event, a JSON body becomes the error response, and the rest
     of the app's body is dropped."""
 
-    __slots__ = ("ended", "extra", "options", "remember", "rewriter", "send", "size", "split", "start", "started")
+    __slots__ = (
+        "ended",
+        "extra",
+        "options",
+        "remember",
+        "send",
+        "size",
+        "split",
+        "start",
+        "started",
+        "stream",
+        "whole",
+    )
+
+    start: Message  # set by the answer's start when a rewriter was chosen, with size and split for a JSON body
+    size: int
+    split: bool
 
     def __init__(
         self,
@@ -270,41 +286,23 @@ class _NormalizingSend:
         self.send = send
         self.extra = extra
         self.started = False
-        self.rewriter: Rewriter | None = None
-        self.start: Message = {}
-        self.split = False  # the JSON body came in more than one message
-        self.size = 0  # bytes of the JSON body so far
+        # the rewriter the start chose, by kind, told apart once there rather than on each message
+        self.stream: StreamRewriter | None = None
+        self.whole: BodyRewriter | None = None
         self.ended = False  # the response was ended past a bound: the app's further messages are dropped
 
     async def __call__(self, message: Message) -> None:
-        rewriter = self.rewriter
-        if rewriter is None:
-            if not self.started and message["type"] == "http.response.start":
-                self.started = True
-                if self.extra:
-                    message = {**message, "headers": [*message.get("headers", ()), *self.extra]}
-                rewriter = self.rewriter = self._choose(message)
-                if rewriter is None:
-                    await self.send(message)
-                elif isinstance(rewriter, StreamRewriter):
-                    self.start = {**message, "headers": with_length(message.get("headers", ()), None)}
-                    await self.send(self.start)
-                else:
-                    self.start = message  # held until the body is whole: its length may change
+        stream = self.stream
+        if stream is not None and message["type"] == "http.response.body":
+            if self.ended:
                 return
-            await self.send(message)
-        elif message["type"] != "http.response.body":
-            await self.send(message)
-        elif self.ended:
-            return
-        elif isinstance(rewriter, StreamRewriter):
             more = message.get("more_body", False)
             try:
-                out = rewriter.feed(message.get("body", b""))
+                out = stream.feed(message.get("body", b""))
                 if not more:
-                    out += rewriter.finish()
+                    out += stream.finish()
             except ApiError as error:  # past the rewriter's bound
-                out, more, self.ended = rewriter.fail(error), False, True
+                out, more, self.ended = stream.fail(error), False, True
             remember = self.remember
             if remember is not None:
                 remember.stream.feed(out)
@@ -312,12 +310,32 @@ class _NormalizingSend:
                     await remember.stream_ended()
             if out or not more:
                 await self.send({"type": "http.response.body", "body": out, "more_body": more})
-        else:
+        elif (whole := self.whole) is not None and message["type"] == "http.response.body":
+            if self.ended:
+                return
             try:
-                await self._whole_body(rewriter, message)
+                await self._whole_body(whole, message)
             except ApiError as error:  # past the rewriter's bound: the start was held, the error goes instead
                 self.ended = True
                 await send_error(self.send, error)
+        elif not self.started and message["type"] == "http.response.start":
+            self.started = True
+            if self.extra:
+                message = {**message, "headers": [*message.get("headers", ()), *self.extra]}
+            rewriter = self._choose(message)
+            if rewriter is None:
+                await self.send(message)
+            elif isinstance(rewriter, StreamRewriter):
+                self.stream = rewriter
+                self.start = {**message, "headers": with_length(message.get("headers", ()), None)}
+                await self.send(self.start)
+            else:
+                self.whole = rewriter
+                self.start = message  # held until the body is whole: its length may change
+                self.size = 0  # bytes of the JSON body so far
+                self.split = False  # the JSON body came in more than one message
+        else:  # before the start or after it, anything else, and every message of an answer with no rewriter
+            await self.send(message)
 
     def _choose(self, start: Message) -> Rewriter | None:
         content_type = encoding = None
