@@ -310,8 +310,11 @@ class _NormalizingSend:
                     await remember.stream_ended()
             if out or not more:
                 await self.send({"type": "http.response.body", "body": out, "more_body": more})
-        elif (whole := self.whole) is not None and message["type"] == "http.response.body":
+        elif (whole := self.whole) is not None:  # the start is held until the JSON body is whole
             if self.ended:
+                return
+            if message["type"] != "http.response.body":
+                await self._release(whole, message)
                 return
             try:
                 await self._whole_body(whole, message)
@@ -356,6 +359,7 @@ class _NormalizingSend:
             self.split = True
             return
         out = rewriter.finish() if self.size < OFF_LOOP_BYTES else await off_loop(self.size, rewriter.finish)
+        self.whole = None  # the answer is whole: anything the app sends after it goes to the server as it comes
         start = self.start
         if self.remember is not None and 200 <= (rewriter.status or start["status"]) < 300:
             await self.remember(out)
@@ -371,3 +375,15 @@ class _NormalizingSend:
                 start["status"] = rewriter.status
             await self.send(start)
         await self.send({"type": "http.response.body", "body": out, "more_body": False})
+
+    async def _release(self, rewriter: BodyRewriter, message: Message) -> None:
+        """Anything but a body while a JSON answer's start is held: an ASGI extension that sends the body its own
+        way (``http.response.pathsend``, ``http.response.zerocopysend``), or an app's messages out of order. The
+        start goes as the app sent it, then the body bytes held so far, then ``message``, in the app's order; the
+        rest of the answer passes as the app sends it, unread, like an answer in an encoding numi_mw cannot read."""
+        self.whole = None
+        await self.send(self.start)
+        held = rewriter.held()
+        if held:
+            await self.send({"type": "http.response.body", "body": held, "more_body": True})
+        await self.send(message)

@@ -339,6 +339,58 @@ async def test_an_unchanged_json_response_keeps_its_messages() -> None:
     assert sent[1] is body
 
 
+JSON_START: Message = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [(b"content-type", b"application/json")],
+}
+REASONING_ANSWER = b'{"choices":[{"index":0,"message":{"role":"assistant","content":"Hi","reasoning_content":"Hm."}}]}'
+
+
+async def test_a_pathsend_answer_goes_out_after_its_start_as_the_app_sent_them() -> None:
+    # http.response.pathsend (an ASGI extension; Starlette's FileResponse uses it where the server offers it)
+    # carries the body itself: numi_mw cannot read it, so the held start goes first and both pass unchanged
+    pathsend = {"type": "http.response.pathsend", "path": "/srv/answer.json"}
+    raw = b'{"model":"m","messages":[]}'
+    app = ReasoningMiddleware(replying(JSON_START, pathsend), provider="openrouter")
+    sent = await drive(app, [(b"content-type", b"application/json")], [raw])
+    assert sent == [JSON_START, pathsend]
+
+
+async def test_a_message_inside_a_json_body_releases_what_was_held_in_the_apps_order() -> None:
+    trailers = {"type": "http.response.trailers", "headers": [(b"x-t", b"1")], "more_trailers": False}
+    first = {"type": "http.response.body", "body": REASONING_ANSWER[:20], "more_body": True}
+    last = {"type": "http.response.body", "body": REASONING_ANSWER[20:], "more_body": False}
+    raw = b'{"model":"m","messages":[]}'
+    app = ReasoningMiddleware(replying(JSON_START, first, trailers, last), provider="openrouter")
+    sent = await drive(app, [(b"content-type", b"application/json")], [raw])
+    held = {"type": "http.response.body", "body": REASONING_ANSWER[:20], "more_body": True}
+    assert sent == [JSON_START, held, trailers, last]  # unread from there on, as the app sent them
+
+
+async def test_a_message_after_a_whole_json_answer_reaches_the_server_as_sent() -> None:
+    # no second start: the server sees what the app sent after its answer, and refuses it as it would directly
+    extra = {"type": "http.response.body", "body": b"EXTRA", "more_body": False}
+    last = {"type": "http.response.body", "body": REASONING_ANSWER, "more_body": False}
+    raw = b'{"model":"m","messages":[]}'
+    app = ReasoningMiddleware(replying(JSON_START, last, extra), provider="openrouter")
+    sent = await drive(app, [(b"content-type", b"application/json")], [raw])
+    detail = b'{"type":"reasoning.text","text":"Hm.","format":"unknown"}'  # spec 004: a plain field's detail
+    normalized = b'{"choices":[{"index":0,"message":{"role":"assistant","content":"Hi","reasoning":"Hm.",'
+    normalized += b'"reasoning_details":[' + detail + b"]}}]}"
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body", "http.response.body"]
+    assert (sent[1]["body"], sent[2]) == (normalized, extra)
+
+
+async def test_nothing_the_app_sends_after_a_json_error_answer_goes_out() -> None:
+    trailers = {"type": "http.response.trailers", "headers": [], "more_trailers": False}
+    body = {"type": "http.response.body", "body": b'{"choices":[]}' * 10, "more_body": False}
+    raw = b'{"model":"m","messages":[]}'
+    app = ReasoningMiddleware(replying(JSON_START, body, trailers), provider="openrouter", max_response_bytes=64)
+    sent = await drive(app, [(b"content-type", b"application/json")], [raw])
+    assert [(m["type"], m.get("status")) for m in sent] == [("http.response.start", 502), ("http.response.body", None)]
+
+
 def test_a_compression_middleware_inside_leaves_the_answer_readable() -> None:
     from starlette.middleware.gzip import GZipMiddleware
 

@@ -118,7 +118,7 @@ def choose_rewriter(
 
     Every rewriter has ``feed(bytes) -> bytes``, ``finish() -> bytes`` and ``fail(error) -> bytes``. A
     ``StreamRewriter``'s output goes out as it comes; a ``BodyRewriter``'s is whole at ``finish``, and its
-    ``status``, when not ``None``, replaces the upstream's.
+    ``status``, when not ``None``, replaces the upstream's; its ``held()`` is the bytes fed so far, unchanged.
     """
     if content_encoding is not None and content_encoding.strip().lower() not in decoded:
         return None
@@ -617,10 +617,14 @@ class JSONRewriter:
 
     def finish(self) -> bytes:
         """End of the upstream body; return the whole body to send (``normalize_completion_body``)."""
-        body = self._body if self._parts is None else b"".join(self._parts)
+        body = self._body if self._parts is None else b"".join(self._parts)  # held(), without its call
         out = normalize_completion_body(body, self.options)
         self.changed = out is not body
         return out
+
+    def held(self) -> bytes:
+        """The bytes fed so far, as they came: what a shell sends unchanged when it cannot wait for the end."""
+        return self._body if self._parts is None else b"".join(self._parts)
 
     def fail(self, error: ApiError) -> bytes:
         """The upstream body broke off: nothing to send (the shell answers with ``error`` instead)."""
@@ -881,6 +885,10 @@ class NativeJSONRewriter:
     def fail(self, error: ApiError) -> bytes:
         """The upstream body broke off: nothing to send (the shell answers with ``error`` instead)."""
         return b""
+
+    def held(self) -> bytes:
+        """The bytes fed so far, as they came (``JSONRewriter.held``)."""
+        return b"".join(self._parts)
 
 
 StreamRewriter = SSERewriter | NativeSSERewriter
