@@ -37,6 +37,7 @@ from numi_mw.asgi import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_HEADER_COUNT,
     HOP_BY_HOP,
+    OFF_LOOP_BYTES,
     Headers,
     adjustments_header,
     check_headers,
@@ -291,12 +292,15 @@ class _Sidecar:
                 scope = credential_scope(request.headers)
                 keys, context = await off_loop(len(body), missing_in_body, body)
                 found = await self.replay.lookup(scope, keys)
-            prepared = await off_loop(
-                len(body),
-                partial(prepare_request, headers=request.headers, max_body_bytes=self.max_body_bytes, restored=found),
-                body,
-                self.target,
-            )
+            if len(body) < OFF_LOOP_BYTES:  # off_loop's own test, here without its coroutine (and partial)
+                prepared = prepare_request(
+                    body, self.target, headers=request.headers, max_body_bytes=self.max_body_bytes, restored=found
+                )
+            else:
+                prepare = partial(
+                    prepare_request, headers=request.headers, max_body_bytes=self.max_body_bytes, restored=found
+                )
+                prepared = await off_loop(len(body), prepare, body, self.target)
             restored = prepared.restored
             route = prepared.route
             if route.provider is not None:
