@@ -157,6 +157,9 @@ class ReasoningMiddleware:
             scope = {**scope, "headers": headers}
         elif accepts_encoding:
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"accept-encoding"]}
+        extensions = scope.get("extensions")
+        if extensions and not _BODY_BY_OTHER_MEANS.isdisjoint(extensions):
+            scope = {**scope, "extensions": {k: v for k, v in extensions.items() if k not in _BODY_BY_OTHER_MEANS}}
         if prepared.translation is None:
             options = self._excluding if prepared.controls.exclude else self._including
         else:
@@ -211,6 +214,12 @@ def _credentials(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
 _REQUEST_FRAMING = frozenset((b"content-length", b"transfer-encoding", b"accept-encoding"))
 """Request headers a rewritten chat completions request loses on its way to the app: its framing, and
 ``accept-encoding``, so that a compression middleware inside this one leaves the answer readable."""
+
+
+_BODY_BY_OTHER_MEANS = frozenset(("http.response.pathsend", "http.response.zerocopysend"))
+"""ASGI extensions whose messages carry an answer's body instead of ``http.response.body`` ones: a chat completions
+request reaches the app without them, so that its answer comes in body messages numi_mw reads (Starlette's
+``FileResponse`` then sends the file that way), as ``accept-encoding`` goes so that it comes uncompressed."""
 
 
 def _scan_headers(scope: Scope) -> tuple[bool, bool, bytes | None]:

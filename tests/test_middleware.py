@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -12,7 +13,7 @@ from fastapi import FastAPI
 from fastapi import Request as FastAPIRequest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import TestClient
 from starlette.types import Message, Receive, Scope, Send
@@ -272,8 +273,11 @@ def test_own_tag_families_through_the_middleware() -> None:
     }
 
 
-async def drive(app: Any, headers: list[tuple[bytes, bytes]], pieces: list[bytes]) -> list[Message]:
-    """One raw ASGI request whose body arrives in ``pieces``; returns the messages the app sent."""
+async def drive(
+    app: Any, headers: list[tuple[bytes, bytes]], pieces: list[bytes], extensions: dict[str, Any] | None = None
+) -> list[Message]:
+    """One raw ASGI request whose body arrives in ``pieces`` (the server offering ``extensions``, when given);
+    returns the messages the app sent."""
     incoming = [{"type": "http.request", "body": p, "more_body": i < len(pieces) - 1} for i, p in enumerate(pieces)]
     sent: list[Message] = []
 
@@ -288,6 +292,8 @@ async def drive(app: Any, headers: list[tuple[bytes, bytes]], pieces: list[bytes
         "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
         "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
     }  # fmt: skip
+    if extensions is not None:
+        scope["extensions"] = extensions
     with anyio.fail_after(10):
         await app(scope, receive, send)
     return sent
@@ -345,6 +351,10 @@ JSON_START: Message = {
     "headers": [(b"content-type", b"application/json")],
 }
 REASONING_ANSWER = b'{"choices":[{"index":0,"message":{"role":"assistant","content":"Hi","reasoning_content":"Hm."}}]}'
+NORMALIZED_ANSWER = (
+    b'{"choices":[{"index":0,"message":{"role":"assistant","content":"Hi","reasoning":"Hm.",'
+    b'"reasoning_details":[{"type":"reasoning.text","text":"Hm.","format":"unknown"}]}}]}'
+)  # spec 004 "Response fields": the plain field renamed, with its detail
 
 
 async def test_a_pathsend_answer_goes_out_after_its_start_as_the_app_sent_them() -> None:
@@ -355,6 +365,33 @@ async def test_a_pathsend_answer_goes_out_after_its_start_as_the_app_sent_them()
     app = ReasoningMiddleware(replying(JSON_START, pathsend), provider="openrouter")
     sent = await drive(app, [(b"content-type", b"application/json")], [raw])
     assert sent == [JSON_START, pathsend]
+
+
+async def test_a_file_answer_comes_in_body_messages_and_is_normalized_where_the_server_offers_pathsend(
+    tmp_path: Path,
+) -> None:
+    answer = tmp_path / "answer.json"
+    answer.write_bytes(REASONING_ANSWER)
+    offered: list[dict[str, Any]] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        offered.append(scope["extensions"])
+        await receive()  # the request's body
+
+        async def connected() -> Message:  # the client stays: FileResponse's wait for a disconnect never ends
+            await anyio.sleep_forever()
+            raise AssertionError
+
+        await FileResponse(answer, media_type="application/json")(scope, connected, send)
+
+    extensions = {"http.response.pathsend": {}, "http.response.trailers": {}}
+    raw = b'{"model":"m","messages":[]}'
+    sent = await drive(ReasoningMiddleware(app, provider="openrouter"), [], [raw], extensions)
+    assert offered == [{"http.response.trailers": {}}]  # the others the server offers stay
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert sent[1]["body"] == NORMALIZED_ANSWER
+    assert (b"content-length", str(len(NORMALIZED_ANSWER)).encode()) in sent[0]["headers"]
+    assert extensions == {"http.response.pathsend": {}, "http.response.trailers": {}}  # the server's own, untouched
 
 
 async def test_a_message_inside_a_json_body_releases_what_was_held_in_the_apps_order() -> None:
@@ -375,11 +412,8 @@ async def test_a_message_after_a_whole_json_answer_reaches_the_server_as_sent() 
     raw = b'{"model":"m","messages":[]}'
     app = ReasoningMiddleware(replying(JSON_START, last, extra), provider="openrouter")
     sent = await drive(app, [(b"content-type", b"application/json")], [raw])
-    detail = b'{"type":"reasoning.text","text":"Hm.","format":"unknown"}'  # spec 004: a plain field's detail
-    normalized = b'{"choices":[{"index":0,"message":{"role":"assistant","content":"Hi","reasoning":"Hm.",'
-    normalized += b'"reasoning_details":[' + detail + b"]}}]}"
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body", "http.response.body"]
-    assert (sent[1]["body"], sent[2]) == (normalized, extra)
+    assert (sent[1]["body"], sent[2]) == (NORMALIZED_ANSWER, extra)
 
 
 async def test_nothing_the_app_sends_after_a_json_error_answer_goes_out() -> None:
