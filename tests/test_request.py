@@ -342,6 +342,18 @@ def test_a_number_no_float_holds_inside_a_message_goes_as_sent_beside_a_control(
     assert (info.value.status, info.value.code) == (400, "invalid_json")
 
 
+def test_a_top_level_number_no_float_holds_is_refused_only_where_the_body_is_decoded() -> None:
+    raw = b'{"model":"m","temperature":1e400,"messages":[{"role":"user","content":"hi"}]}'
+    prepared = prepare_request(raw, OPENROUTER)  # nothing to change: the probe skips the value, the bytes go
+    assert (prepared.body is raw, prepared.changed) == (True, False)
+    padded = raw[:-2] + b',"x":"' + b"a" * PROBE_MAX_BYTES + b'"}]}'  # over the probe's size: top level decoded
+    refused = [padded, b'{"temperature":1e400,"reasoning_effort":"high"}']  # a control to fold: decoded
+    for body, route in [*((body, OPENROUTER) for body in refused), (raw, provider_rules("zai"))]:
+        with pytest.raises(ApiError) as info:  # zai's thinking control is written on every request: decoded
+            prepare_request(body, route)
+        assert (info.value.status, info.value.code) == (400, "invalid_json")
+
+
 @pytest.mark.parametrize(
     "raw",
     [
