@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 from numi_mw.asgi import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADER_COUNT
@@ -89,8 +89,16 @@ def _workers(text: str) -> int:
     return count
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line on stderr (``PROG: error: MESSAGE``), without the usage
+    block argparse prints before it; ``--help`` shows the usage. Its subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="numi-mw", description="Make LLM reasoning traffic correct.")
+    parser = _Parser(prog="numi-mw", description="Make LLM reasoning traffic correct.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version('numi_mw')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -675,7 +683,10 @@ def _request(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``numi-mw``; returns the process exit status (0 ok, 1 request rejected, 2 usage error)."""
-    args = _parser().parse_args(argv)
+    args, unknown = _parser().parse_known_args(argv)
+    if unknown:  # named with the command they were given to, which argparse's own error would not say
+        sys.stderr.write(f"numi-mw {args.command}: error: unrecognized arguments: {' '.join(unknown)}\n")
+        return 2
     if getattr(args, "think_tags", None) is False and getattr(args, "think_start", None) is not None:
         sys.stderr.write(f"numi-mw {args.command}: --think-start has no effect with --no-think-tags\n")
         return 2

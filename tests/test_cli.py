@@ -436,9 +436,9 @@ def test_serve_refuses_an_upstream_port_that_is_not_a_port(upstream: str) -> Non
 @pytest.mark.parametrize(("option", "value"), [("--timeout", "nan"), ("--timeout", "inf"), ("--replay-ttl", "nan")])
 def test_serve_refuses_a_duration_that_is_not_a_finite_number(option: str, value: str) -> None:
     result = run(["serve", "--upstream", "http://127.0.0.1:8000/v1", option, value], b"")
-    assert result.returncode == 2
-    assert result.stderr.decode().splitlines()[-1] == (
-        f"numi-mw serve: error: argument {option}: {value!r} is not a finite number"
+    assert (result.returncode, result.stderr.decode()) == (  # one line, without argparse's usage block
+        2,
+        f"numi-mw serve: error: argument {option}: {value!r} is not a finite number\n",
     )
 
 
@@ -454,8 +454,25 @@ def test_serve_refuses_a_duration_that_is_not_a_finite_number(option: str, value
 )
 def test_serve_refuses_a_worker_count_that_is_not_a_whole_number_from_1(value: str, problem: str) -> None:
     result = run(["serve", "--upstream", "http://127.0.0.1:8000/v1", "--workers", value], b"")
-    assert result.returncode == 2
-    assert result.stderr.decode().splitlines()[-1] == f"numi-mw serve: error: argument --workers: {problem}"
+    assert (result.returncode, result.stderr.decode()) == (2, f"numi-mw serve: error: argument --workers: {problem}\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["request", "--bogus"], "numi-mw request: error: unrecognized arguments: --bogus"),
+        (["catalog", "check", "--strict", "f.toml"], "numi-mw catalog: error: unrecognized arguments: --strict"),
+        (
+            ["serve", "--log-level", "trace"],
+            "numi-mw serve: error: argument --log-level: invalid choice: 'trace' "
+            "(choose from 'critical', 'error', 'warning', 'info', 'debug')",
+        ),
+        ([], "numi-mw: error: the following arguments are required: COMMAND"),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_command(argv: list[str], line: str) -> None:
+    result = run(argv, b"")
+    assert (result.returncode, result.stderr.decode(), result.stdout) == (2, line + "\n", b"")
 
 
 def test_serve_that_cannot_listen_exits_2_with_one_line() -> None:
