@@ -392,3 +392,10 @@ def test_a_lone_surrogate_or_nan_in_a_request_gets_a_400_that_says_so(raw: bytes
         "a Unicode character, or a NaN or Infinity literal, which is not JSON; send whole characters and finite "
         "numbers.",
     )
+
+
+@pytest.mark.parametrize("provider", ["openai", "deepseek"])
+def test_an_effort_in_the_providers_own_form_leaves_the_very_bytes_unchanged(provider: str) -> None:
+    raw = b'{"model":"m","reasoning_effort":"high","messages":[]}'  # folded, then written back as it was
+    prepared = prepare_request(raw, provider_rules(provider))
+    assert (prepared.body is raw, prepared.changed, prepared.controls.effort) == (True, False, "high")

@@ -245,7 +245,7 @@ def prepare_request(
         changed = True
     stream = data.get("stream") is True
     if adapter is None:
-        encoded = codec.encode(data) if changed else body
+        encoded, changed = _written(codec.encode(data), body) if changed else (body, False)
         return PreparedRequest(encoded, changed, controls, stream, route, None, notes, count)
     translation = adapter.translate(data, controls, RequestFacts(adaptive=route.adaptive))
     notes += translation.adjustments
@@ -303,7 +303,15 @@ def _prepare_partly(
     if messages and "messages" in data and spliced.prepare_messages(data["messages"], route, body, body_shows):
         changed = True
     stream = data.get("stream") is True
-    return PreparedRequest(spliced.encode(data) if changed else body, changed, controls, stream, route, None, notes)
+    encoded, changed = _written(spliced.encode(data), body) if changed else (body, False)
+    return PreparedRequest(encoded, changed, controls, stream, route, None, notes)
+
+
+def _written(encoded: bytes, body: bytes) -> tuple[bytes, bool]:
+    """The body to send once the rules changed something, ``encoded``, and whether it differs from the client's
+    ``body``: steps that give back the same bytes (an effort folded into ``reasoning`` and written back in the
+    provider's own form, ``reasoning_effort``) leave ``body`` itself, unchanged (``PreparedRequest.changed``)."""
+    return (body, False) if encoded == body else (encoded, True)
 
 
 DEFAULT_MAX_TOKENS_CAP = 32_000
