@@ -9,6 +9,7 @@ import gc
 import logging
 import math
 import os
+import re
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -95,6 +96,16 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+_OPTION_NAME = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
+
+
+def _as_flags(message: str, args: argparse.Namespace) -> str:
+    """``message`` of an error the app's options raised (written for the Python API, ``replay_ttl``) with each name
+    of an option this command has written as its flag (``--replay-ttl``)."""
+    names = vars(args)
+    return _OPTION_NAME.sub(lambda found: "--" + found[0].replace("_", "-") if found[0] in names else found[0], message)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -463,7 +474,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         app = _sidecar_app(args, catalog)
     except ValueError as error:
-        sys.stderr.write(f"numi-mw serve: {error}\n")
+        sys.stderr.write(f"numi-mw serve: {_as_flags(str(error), args)}\n")
         return 2
     # The upstream's own date and server headers pass through; uvicorn adds none of its own. uvicorn's access log
     # is replaced by numi_mw.access (method, path, status, sizes, timings, route: never a body, query or key).

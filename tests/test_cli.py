@@ -642,3 +642,18 @@ def test_ctrl_c_stops_one_worker_cleanly_and_sigterm_ends_it_by_its_signal() -> 
             process.wait(timeout=10)
         assert process.returncode == status, stderr.decode()
         assert b"Traceback" not in stderr and b"Finished server process" in stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "line"),
+    [
+        (["--replay-ttl", "10"], "--replay-ttl, --replay-max-bytes and --replay-key-env go with a --replay-store URL"),
+        (
+            ["--ops-prefix", "/v1/ops"],
+            "--ops-prefix must not be under /v1, the path the sidecar forwards, not '/v1/ops'",
+        ),
+    ],
+)
+def test_serve_names_its_flags_in_an_option_error(options: list[str], line: str) -> None:
+    result = run(["serve", "--upstream", "http://127.0.0.1:8000/v1", *options], b"")
+    assert (result.returncode, result.stderr.decode()) == (2, f"numi-mw serve: {line}\n")

@@ -122,7 +122,10 @@ def check_ops_prefix(prefix: object) -> str:
         or any(segment in ("", ".", "..") for segment in segments[1:])
         or any(char in prefix for char in "?#% ")
     ):
-        raise ValueError(f"ops_prefix must be empty or a path such as /numi-mw (no trailing /), not {prefix!r}")
+        raise ValueError(
+            "ops_prefix must be empty or a path such as /numi-mw: a / before each segment, none empty, . or .. "
+            f"(no trailing /), no ?, #, % or space; not {prefix!r}"
+        )
     if segments[1] == "v1":
         raise ValueError(f"ops_prefix must not be under /v1, the path the sidecar forwards, not {prefix!r}")
     return prefix
