@@ -399,3 +399,13 @@ def test_an_effort_in_the_providers_own_form_leaves_the_very_bytes_unchanged(pro
     raw = b'{"model":"m","reasoning_effort":"high","messages":[]}'  # folded, then written back as it was
     prepared = prepare_request(raw, provider_rules(provider))
     assert (prepared.body is raw, prepared.changed, prepared.controls.effort) == (True, False, "high")
+
+
+def test_a_message_key_of_its_own_holding_a_number_no_float_holds_goes_as_sent_only_over_the_probes_size() -> None:
+    small = b'{"model":"m","messages":[{"role":"user","content":"hi","seed":1e400}]}'
+    with pytest.raises(ApiError) as info:  # a message key chat completions does not define: decoded whole
+        prepare_request(small, OPENROUTER)
+    assert (info.value.status, info.value.code) == (400, "invalid_json")
+    large = small[:-3] + b',"x":"' + b"a" * PROBE_MAX_BYTES + b'"}]}'  # spliced: each message value as its bytes
+    prepared = prepare_request(large, OPENROUTER)
+    assert (prepared.body is large, prepared.changed) == (True, False)
