@@ -900,8 +900,8 @@ def test_every_sdk_merge_arrives_at_the_spec_rebuild(choices: list[dict[str, Any
 def test_the_rewriters_shortcut_past_chunks_without_reasoning_gives_what_normalizing_every_chunk_gives(
     choices: list[dict[str, Any]],
 ) -> None:
-    # SSERewriter passes a chunk whose bytes hold no reasoning field as it came, reading only its choices to end
-    # open reasoning before it (ChunkNormalizer.leaves_open); normalizing every chunk must give the same deltas
+    # SSERewriter passes a chunk whose bytes hold no reasoning field as it came while no reasoning is open, and
+    # decodes it while some is (it may end it); normalizing every chunk must give the same deltas
     body = b"".join(data({"id": "x", "choices": [choice]}) for choice in choices)
     normalizer = ChunkNormalizer()
     every: list[dict[str, Any]] = []

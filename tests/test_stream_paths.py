@@ -2,7 +2,7 @@
 
 ``SSERewriter`` takes an event that comes as one chunk without building an ``SSEEvent``
 (``SSEDecoder.single_data``; ``NativeSSERewriter`` one of an ``event:`` and a ``data:`` line, ``framed_data``), passes an event that cannot hold reasoning as its bytes without decoding it (the
-prefilter, and ``ChunkNormalizer.leaves_open`` when reasoning is open), reads the first chunk's head only when
+prefilter, while no reasoning is open), reads the first chunk's head only when
 the stream breaks off, and normalizes the common chunk on ``ChunkNormalizer``'s fast paths. ``ReferenceRewriter``
 below is the plain algorithm: every chunk through ``SSEDecoder.feed``, every data event decoded in full and
 normalized by the general path only, encoded with msgspec. Both must send the same bytes for every recorded stream
@@ -253,7 +253,7 @@ def test_a_stream_of_several_choices_gives_the_reference_bytes(
     option: str, chunks: list[tuple[dict[str, Any], list[dict[str, Any]]]], per_event: bool
 ) -> None:
     # several choices, in one chunk or interleaved, two at once, envelopes that change: every per-event path (the
-    # prefilter and leaves_open, the fast paths) sends what decoding and normalizing every chunk sends, and the
+    # prefilter, the fast paths) sends what decoding and normalizing every chunk sends, and the
     # end of the stream closes the choices in one order
     events = [
         b"data: " + msgspec.json.encode({**envelope, "choices": choices}) + b"\n\n" for envelope, choices in chunks
@@ -399,8 +399,8 @@ def test_reasoning_fields_that_hold_nothing_are_read_only_to_take_them_out(
 def test_an_answer_chunk_whose_reasoning_fields_hold_nothing_goes_as_its_bytes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # decoded are the reasoning chunk and the answer chunk that ends the reasoning; before it, an empty one has only
-    # its choices read (it may end the reasoning), and after it none is read at all
+    # decoded are the reasoning chunk, every chunk while the reasoning is open (an empty one may end it) and the
+    # answer chunk that ends it; after it none is read at all
     answer = b"data: " + _EMPTIES + b"\n\n"
     empty = answer.replace(b'"2 "', b'""')
     reasoning = _chunk(0, {"reasoning": "r"})
@@ -415,8 +415,8 @@ def test_an_answer_chunk_whose_reasoning_fields_hold_nothing_goes_as_its_bytes(
         decoded.clear()
         rewriter = SSERewriter(ResponseOptions())
         out = [rewriter.feed(event) for event in events]
-        assert decoded == [reasoning[6:-2], answer[6:-2]]
         closed = events.index(answer)
+        assert decoded == [event[6:-2] for event in events[: closed + 1]]
         assert all(sent is event for sent, event in zip(out[closed + 1 :], events[closed + 1 :], strict=True))
         assert all(sent is event for sent, event in zip(out[1:closed], events[1:closed], strict=True))
         done = [*events, b"data: [DONE]\n\n"]
@@ -521,3 +521,18 @@ def test_a_passed_chunk_no_decoder_reads_leaves_the_stream_end_the_envelope_befo
     assert out == _run(ReferenceRewriter(ResponseOptions()), events)
     assert split_events(out)[1] == between
     assert [msgspec.json.decode(event[6:])["id"] for event in split_events(out)[2:4]] == ["a", "a"]
+
+
+@pytest.mark.parametrize("bad", [b'"x":1e400,', b'"x":"\xff",', b'"x":1' + b"0" * 400 + b".0,"])
+def test_the_stream_end_takes_the_envelope_of_the_last_chunk_that_decodes_while_reasoning_is_open(bad: bytes) -> None:
+    # "b" decodes and leaves the reasoning open; "c" holds a value no decoder takes and goes as it came: the closing
+    # chunks take "b"'s envelope (no usage key: "a"'s usage is not "b"'s), as decoding every chunk gives
+    reasoning = b'data: {"id":"a","usage":null,"choices":[{"index":0,"delta":{"reasoning":"r"}}]}\n\n'
+    between = b'data: {"id":"b","choices":[{"index":0,"delta":{}}]}\n\n'
+    unreadable = b'data: {"id":"c",' + bad + b'"choices":[{"index":0,"delta":{}}]}\n\n'
+    events = [reasoning, between, unreadable, b"data: [DONE]\n\n"]
+    out = _run(SSERewriter(ResponseOptions()), events)
+    assert out == _run(ReferenceRewriter(ResponseOptions()), events)
+    assert split_events(out)[1:3] == [between, unreadable]
+    closing = [msgspec.json.decode(event[6:]) for event in split_events(out)[3:5]]
+    assert [(chunk["id"], "usage" in chunk) for chunk in closing] == [("b", False), ("b", False)]

@@ -29,8 +29,8 @@ returns the chunks the client receives:
   more than one delta carried reasoning and that chunk does not carry both fields itself, ``"reasoning":
   null`` and ``"reasoning_details": []``, each in a chunk of its own (that chunk leaves as it came), so a
   client that keeps the last delta's value of these fields (openai-node's ``stream()`` helper) keeps nothing
-  rather than a fragment. A stream rewriter passes the chunks before it without decoding them in full
-  (``leaves_open``).
+  rather than a fragment. While a choice's reasoning is open, a stream rewriter decodes every chunk (the one
+  that ends it may carry no reasoning field at all).
 - A choice's state is made when a chunk of it first carries reasoning (a reasoning field that holds something;
   with a think splitter, any chunk: its content is read), on every path alike, so the order in which the end of the
   stream closes the choices, and the choices ``MAX_CHOICES`` counts, do not depend on which chunks were decoded.
@@ -52,12 +52,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-import msgspec
-
 from numi_mw.core.details import FILLED_KEYS, DetailsRebuilder, visible_text
 from numi_mw.core.fields import REASONING_FIELDS, plain_reasoning, splice
 from numi_mw.core.splitter import Piece, ThinkSplitter
-from numi_mw.core.structs import ChunkProbe
 from numi_mw.core.think import ThinkTags
 
 UNCHANGED: Final = None
@@ -182,10 +179,6 @@ def _shows_output(delta: dict[str, Any]) -> bool:
         if value and _ends(key, value):
             return True
     return False
-
-
-_probe = msgspec.json.Decoder(ChunkProbe).decode
-"""Decodes a chunk's choices (index, delta, finish reason) and skips its envelope (``ChunkNormalizer.leaves_open``)."""
 
 
 def _holds_reasoning(delta: dict[str, Any]) -> bool:
@@ -339,7 +332,6 @@ class Repeat:
             if state.open or splitter is None or not splitter.takes_whole(text, "content"):
                 return False
             self.normalizer._envelope = self.envelope
-            self.normalizer._passed = None
             return True
         if not state.open or state.rebuilder.open_text != self.pos:
             return False
@@ -347,7 +339,6 @@ class Repeat:
             return False
         state.sent += 1
         self.normalizer._envelope = self.envelope
-        self.normalizer._passed = None
         return True
 
 
@@ -368,7 +359,6 @@ class AnswerRepeat(Repeat):
         if normalizer.open_reasoning:
             return False
         normalizer._envelope = self.envelope
-        normalizer._passed = None
         return True
 
 
@@ -382,7 +372,6 @@ class ExcludedRepeat(Repeat):
     def repeated(self, text: bytes) -> bool:
         """``True``: the fast path takes the fragment out as it did; the chunk's envelope is the last one."""
         self.normalizer._envelope = self.envelope
-        self.normalizer._passed = None
         return True
 
 
@@ -394,7 +383,7 @@ class ChunkNormalizer:
         think: split reasoning tags out of ``delta.content`` with these settings; ``None`` leaves content as is.
     """
 
-    __slots__ = ("_choices", "_envelope", "_fast_path", "_passed", "exclude", "open_reasoning", "repeat", "think")
+    __slots__ = ("_choices", "_envelope", "_fast_path", "exclude", "open_reasoning", "repeat", "think")
 
     def __init__(self, *, exclude: bool = False, think: ThinkTags | None = None) -> None:
         self.exclude = exclude
@@ -404,9 +393,6 @@ class ChunkNormalizer:
         self._choices = states = _ChoiceStates()
         states.think = think
         self._envelope: dict[str, Any] | None = None
-        # the JSON bytes of the last chunk ``leaves_open`` passed after the last one normalized or rewritten by a
-        # shape (``Repeat.repeated``), whose envelope the chunks that end the stream take (``finish``)
-        self._passed: bytes | None = None
         # set by the fast path when it extended the open text detail (``CONTENT_TEXT``, ...); its reader resets it
         self.repeat = 0
 
@@ -440,7 +426,6 @@ class ChunkNormalizer:
         if not isinstance(choices, list) or not choices:
             return UNCHANGED
         self._envelope = data
-        self._passed = None
         if len(choices) == 1:
             # ``_follows`` written out, since this runs once per chunk: a delta choice of a followed index
             choice = choices[0]
@@ -754,38 +739,6 @@ class ChunkNormalizer:
             return UNCHANGED
         return _chunks_of(data, [[entry]])
 
-    def leaves_open(self, data: bytes) -> bool:
-        """Whether the chunk whose JSON bytes are ``data``, which carries no reasoning field that holds something (a
-        stream rewriter knows it from its bytes, ``response.may_hold_reasoning``), leaves as it came and ends no
-        open reasoning (``open_reasoning``): none of its choices whose reasoning is open shows the answer or
-        finishes. Only the choices are decoded, not the envelope, so a rewriter passes the chunks between the
-        reasoning and the answer as they came, decoded only this far; the envelope of the last such chunk is read
-        only if the stream ends with its reasoning open (``finish``).
-
-        ``False`` for the chunk that ends reasoning, and for bytes this reading does not decide (not JSON, no list
-        of choice objects, an ``index`` that is not an integer): ``normalize`` of the decoded chunk then sends it
-        and what closes the reasoning before it (``_closing``), in that chunk's envelope.
-        """
-        try:
-            chunk = _probe(data)
-        except (msgspec.DecodeError, RecursionError):
-            return False
-        if self._envelope is None:
-            return False
-        choices = self._choices
-        for choice in chunk.choices:
-            if type(choice.index) is not int:
-                return False
-            state = choices.get(choice.index)
-            delta = choice.delta
-            if state is None or not state.open or type(delta) is not dict:  # (normalize reads only dict deltas)
-                continue
-            if choice.finish_reason is not None or _shows_output(delta):
-                return False
-        if chunk.choices:  # ``normalize`` takes the envelope of a chunk with choices
-            self._passed = data
-        return True
-
     def _follows(self, choice: Any) -> bool:
         """Whether ``choice`` is normalized: a choice the normalizer reads (``_is_delta_choice``) of a choice index
         it follows (``MAX_CHOICES``); any other leaves as it came."""
@@ -1055,13 +1008,6 @@ class ChunkNormalizer:
         envelope = self._envelope
         if envelope is None:
             return []
-        if self._passed is not None:  # the last chunk ``leaves_open`` passed: its envelope
-            try:
-                passed = msgspec.json.decode(self._passed)
-            except (msgspec.DecodeError, RecursionError):
-                passed = None
-            if type(passed) is dict:
-                envelope = passed
         out: list[dict[str, Any]] = []
         for index, state in self._choices.items():
             entries: list[dict[str, Any]] = []

@@ -444,10 +444,8 @@ class SSERewriter:
             and (usage is None or not may_hold_usage(data))
         ):
             normalizer = self._normalizer
-            if normalizer.open_reasoning:
+            if normalizer.open_reasoning:  # decoded: the chunk may end the reasoning (``ChunkNormalizer``)
                 self._passes = _PASSES  # for the answer's first chunks (``_PASSES``)
-                if normalizer.leaves_open(data):  # else it ends reasoning: decoded
-                    return raw
             elif at < 0:
                 return raw
             elif self._passes:

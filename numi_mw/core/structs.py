@@ -126,6 +126,7 @@ class ChoiceProbe(msgspec.Struct, gc=False):
 
 
 class ChunkProbe(msgspec.Struct, gc=False):
-    """A view of a chat chunk's choices that skips its envelope (``chunks.ChunkNormalizer.leaves_open``)."""
+    """A view of a chat chunk's choices that skips its envelope (the check of a repeated shape's cut,
+    ``shapes.shape_of``)."""
 
     choices: list[ChoiceProbe]
