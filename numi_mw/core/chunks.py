@@ -1002,8 +1002,9 @@ class ChunkNormalizer:
         """End of the stream (``[DONE]`` or the last byte): chunks for text a think splitter still holds, and the
         close of reasoning nothing has closed yet (``_closing``).
 
-        Only choices that never sent a ``finish_reason`` can hold text or open reasoning here (some servers never
-        send one).
+        Only choices that never sent a ``finish_reason`` (some servers never send one), and choices whose finishing
+        chunk carried reasoning itself, can hold text or open reasoning here: the close of such a choice's reasoning
+        then follows its finishing chunk, in chunks whose ``finish_reason`` is ``null``.
         """
         envelope = self._envelope
         if envelope is None:
