@@ -253,6 +253,40 @@ def test_think_tags_split_and_held_text_goes_out_before_the_finish_chunk() -> No
     ]
 
 
+def test_a_finish_that_comes_with_the_last_reasoning_goes_after_the_end_of_the_reasoning() -> None:
+    # vLLM sends the last tokens with the finish reason: reasoning ones when the output limit cuts the reasoning
+    first = {"index": 0, "delta": {"reasoning_content": "a"}, "logprobs": None, "finish_reason": None}
+    last = {"index": 0, "delta": {"reasoning_content": "b"}, "logprobs": None, "finish_reason": "length"}
+    body = data({"id": "v", "choices": [first]}) + data({"id": "v", "choices": [last]}) + b"data: [DONE]\n\n"
+    assert [c["choices"][0] for c in sse_chunks(rewrite(body))] == [
+        {
+            "index": 0,
+            "delta": {"reasoning": "a", "reasoning_details": [{"type": "reasoning.text", "text": "a", "index": 0}]},
+            "logprobs": None,
+            "finish_reason": None,
+        },
+        {
+            "index": 0,
+            "delta": {"reasoning": "b", "reasoning_details": [{"type": "reasoning.text", "text": "b", "index": 0}]},
+            "logprobs": None,
+            "finish_reason": None,
+        },
+        {
+            "index": 0,
+            "delta": {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]},
+            "finish_reason": None,
+        },
+        {"index": 0, "delta": {"reasoning": None, "reasoning_details": []}, "finish_reason": None},
+        {"index": 0, "delta": {}, "finish_reason": "length"},  # last, without the tokens' logprobs
+    ]
+    one = data(chunk({"reasoning": "r"}, "length")) + b"data: [DONE]\n\n"  # the stream's only chunk
+    assert sse_chunks(rewrite(one)) == [
+        chunk({"reasoning": "r", "reasoning_details": [{"type": "reasoning.text", "text": "r", "index": 0}]}),
+        *CLOSE_CHUNKS,
+        chunk({}, "length"),
+    ]
+
+
 def test_think_tags_reasoning_and_content_in_one_chunk_go_out_in_order() -> None:
     body = data(chunk({"content": "<think>x</think>Answer"}))
     chunks = sse_chunks(rewrite(body, think=ThinkTags()))

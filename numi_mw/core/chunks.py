@@ -846,12 +846,23 @@ class ChunkNormalizer:
     def _close_after_reasoning(self, state: _Choice, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``entries`` (one choice's, in order) with the reasoning closed before the first one after it that shows
         something else (content text, a tool call, a refusal, any other nonempty field) or finishes the choice
-        (``_closing``); entries that carry reasoning are counted (``state.sent``)."""
+        (``_closing``); entries that carry reasoning are counted (``state.sent``). An entry that carries reasoning
+        and finishes the choice (vLLM sends a stream's last tokens with its ``finish_reason``, reasoning ones when
+        the output limit cuts the reasoning) goes as two: its delta without the finish reason, then, after what
+        closes the reasoning, an empty delta with it (and the choice's other fields, but for ``logprobs``, which
+        belong to the tokens)."""
         out: list[dict[str, Any]] = []
         for entry in entries:
             delta = entry["delta"]
             if _carries_reasoning(delta):
                 self._sent(state)
+                if entry.get("finish_reason") is not None:
+                    finish = {key: value for key, value in entry.items() if key != "logprobs"}
+                    finish["delta"] = {}
+                    out.append({**entry, "finish_reason": None})
+                    out.extend(self._closing(state, finish))
+                    out.append(finish)
+                    continue
             elif state.open and (entry.get("finish_reason") is not None or _shows_output(delta)):
                 out.extend(self._closing(state, entry))
             out.append(entry)
@@ -1002,9 +1013,8 @@ class ChunkNormalizer:
         """End of the stream (``[DONE]`` or the last byte): chunks for text a think splitter still holds, and the
         close of reasoning nothing has closed yet (``_closing``).
 
-        Only choices that never sent a ``finish_reason`` (some servers never send one), and choices whose finishing
-        chunk carried reasoning itself, can hold text or open reasoning here: the close of such a choice's reasoning
-        then follows its finishing chunk, in chunks whose ``finish_reason`` is ``null``.
+        Only choices that never sent a ``finish_reason`` can hold text or open reasoning here (some servers never
+        send one): a finishing chunk that carries reasoning is closed at once (``_close_after_reasoning``).
         """
         envelope = self._envelope
         if envelope is None:
