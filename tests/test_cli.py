@@ -509,7 +509,7 @@ def test_response_help_names_no_catalog() -> None:
 def test_serve_refuses_an_ops_prefix_under_v1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--upstream", "http://127.0.0.1:8000/v1", "--ops-prefix", "/v1/ops"]) == 2
     assert capsys.readouterr().err == (
-        "numi-mw serve: ops_prefix must not be under /v1, the path the sidecar forwards, not '/v1/ops'\n"
+        "numi-mw serve: --ops-prefix must not be under /v1, the path the sidecar forwards, not '/v1/ops'\n"
     )
 
 

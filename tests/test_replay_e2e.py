@@ -145,7 +145,7 @@ def test_a_store_that_is_down_never_fails_a_request(upstream: ReplayUpstream) ->
     ("args", "message"),
     [
         (["--replay-store", "memcached://127.0.0.1"], "must be a sqlite:///PATH or redis://HOST:PORT/DB URL"),
-        (["--replay-ttl", "60"], "go with a replay_store URL"),
+        (["--replay-ttl", "60"], "go with a --replay-store URL"),
         (["--replay-store", "sqlite:///x.db", "--replay-key-env", "NUMI_TEST_UNSET_KEY"], "is not set"),
     ],
 )

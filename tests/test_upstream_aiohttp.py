@@ -360,7 +360,7 @@ def test_aiohttp_missing_or_too_old_is_refused_with_the_install_command(
     monkeypatch.setattr(importlib.metadata, "version", missing)
     assert main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--upstream-transport", "aiohttp"]) == 2
     assert capsys.readouterr().err == (
-        "numi-mw serve: upstream_transport 'aiohttp' needs the aiohttp package, a dependency of numi_mw: "
+        "numi-mw serve: --upstream-transport 'aiohttp' needs the aiohttp package, a dependency of numi_mw: "
         "pip install 'aiohttp>=3.14'\n"
     )
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "3.13.3")
