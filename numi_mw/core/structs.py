@@ -118,11 +118,9 @@ class ChunkHead(msgspec.Struct, gc=False):
 
 
 class ChoiceProbe(msgspec.Struct, gc=False):
-    """A view of one choice of a chat chunk: its index, delta and finish reason (``ChunkProbe``)."""
+    """A view of one choice of a chat chunk: its delta (``ChunkProbe``)."""
 
-    index: Any = 0
     delta: Any = None
-    finish_reason: Any = None
 
 
 class ChunkProbe(msgspec.Struct, gc=False):
