@@ -33,11 +33,14 @@ def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dic
 
 CLOSE_CHUNKS = [
     chunk({"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
-    chunk({"reasoning": None, "reasoning_details": []}),
+    chunk({"reasoning_details": []}),
 ]
-"""What the end of a stream adds after plain reasoning that nothing closed (choice 0, no other envelope field): the
-detail's format as its last entry, then the end of the reasoning (``docs/streaming.md``)."""
+"""What the end of a stream adds after plain reasoning in one delta that nothing closed (choice 0, no other envelope
+field): the detail's format as its last entry, then the end of its details; ``reasoning`` came whole in one delta
+and is left as it is (``docs/streaming.md``)."""
 CLOSE = b"".join(data(c) for c in CLOSE_CHUNKS)
+CLOSE_MANY = data(CLOSE_CHUNKS[0]) + data(chunk({"reasoning": None, "reasoning_details": []}))
+"""The same after plain reasoning in more than one delta: ``reasoning`` is cleared too."""
 
 
 SPEC_STREAM = (
@@ -293,7 +296,7 @@ def test_think_tags_reasoning_and_content_in_one_chunk_go_out_in_order() -> None
     assert [c["choices"][0]["delta"] for c in chunks] == [
         {"reasoning": "x", "reasoning_details": [{"type": "reasoning.text", "text": "x", "index": 0}]},
         {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]},
-        {"reasoning": None, "reasoning_details": []},
+        {"reasoning_details": []},  # the reasoning came whole in one delta: only its details are cleared
         {"content": "Answer"},
     ]
 
@@ -331,9 +334,9 @@ def test_several_choices_keep_their_own_state() -> None:
     # the end of the stream closes each choice's reasoning
     assert [(c["choices"][0]["index"], c["choices"][0]["delta"]) for c in chunks[2:]] == [
         (0, {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
-        (0, {"reasoning": None, "reasoning_details": []}),
+        (0, {"reasoning_details": []}),  # choice 0's reasoning came in one delta
         (1, {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
-        (1, {"reasoning": None, "reasoning_details": []}),
+        (1, {"reasoning": None, "reasoning_details": []}),  # choice 1's in two
     ]
 
 
@@ -588,7 +591,7 @@ def test_a_stream_that_ends_inside_an_undecodable_event_ends_with_an_error_event
     for cut in (b"da", b": OPENROUTER PROC", b"event: mess"):
         assert rewrite(_EVENT + b"\n\n" + cut) == _NORMALIZED + CLOSE + _CUT_SHORT, cut
     # an unfinished last event that decodes is finished with the line ends it lacks and sent like any other
-    assert rewrite(_EVENT + b"\n\n" + _EVENT) == _NORMALIZED + _NORMALIZED + CLOSE
+    assert rewrite(_EVENT + b"\n\n" + _EVENT) == _NORMALIZED + _NORMALIZED + CLOSE_MANY
     assert rewrite(_EVENT + b"\n") == _NORMALIZED + CLOSE
     content = b'data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}'
     assert rewrite(content) == content + b"\n\n"  # unchanged, but finished: parsers drop unfinished events
@@ -638,7 +641,7 @@ def test_a_lone_surrogate_is_normalized_and_carried_as_its_escape() -> None:
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"a\\ud83d","reasoning_details":'
         b'[{"type":"reasoning.text","text":"a\\ud83d","index":0}]},"finish_reason":null}]}\n\n'
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"\\ude00b","reasoning_details":'
-        b'[{"type":"reasoning.text","text":"\\ude00b","index":0}]},"finish_reason":null}]}\n\n' + CLOSE
+        b'[{"type":"reasoning.text","text":"\\ude00b","index":0}]},"finish_reason":null}]}\n\n' + CLOSE_MANY
     )
     excluded = b'data: {"choices":[{"index":0,"delta":{"reasoning":"\\ud83d","content":"x"},"finish_reason":null}]}\n\n'
     assert (
@@ -784,7 +787,7 @@ def test_two_entries_of_one_detail_never_share_a_delta() -> None:
             }
         ),
         chunk({"reasoning_details": [{"type": "reasoning.encrypted", "data": "ENC_B", "index": 1}]}),
-        chunk({"reasoning": None, "reasoning_details": []}),
+        chunk({"reasoning_details": []}),  # one delta carried text: reasoning is whole and stays
     ]
     expected = [
         {
@@ -950,15 +953,16 @@ def test_the_rewriters_shortcut_past_chunks_without_reasoning_gives_what_normali
 def test_the_chunk_that_ends_the_reasoning_leaves_as_its_bytes() -> None:
     # spaced JSON and an escape that msgspec would write otherwise: the answer's chunk goes as it came, after the
     # chunks that end the reasoning, whether its bytes name a reasoning field or not
-    for answer in (
-        b'data: {"choices": [{"index": 0, "delta": {"content": "caf\\u00e9", "reasoning": null}}]}\n\n',
-        b'data: {"choices": [{"index": 0, "delta": {"content": "caf\\u00e9"}}]}\n\n',
+    for answer, cleared in (
+        # the answer's own "reasoning": null clears that field: only the details are cleared before it
+        (b'data: {"choices": [{"index": 0, "delta": {"content": "caf\\u00e9", "reasoning": null}}]}\n\n', b""),
+        (b'data: {"choices": [{"index": 0, "delta": {"content": "caf\\u00e9"}}]}\n\n', b'"reasoning":null,'),
     ):
         body = _delta_event(b'{"reasoning":"a"}') + _delta_event(b'{"reasoning":"b"}') + answer
         out = rewrite(body)
         assert out.endswith(
             _delta_event(b'{"reasoning_details":[{"type":"reasoning.text","format":"unknown","index":0}]}')
-            + _delta_event(b'{"reasoning":null,"reasoning_details":[]}')
+            + _delta_event(b"{" + cleared + b'"reasoning_details":[]}')
             + answer
         )
 
@@ -976,7 +980,7 @@ def test_nan_and_infinity_literals_do_not_stop_normalization() -> None:
         b'[{"type":"reasoning.text","text":"SECRET","index":0}]},' + logprobs + b',"finish_reason":null}]}\n\n'
         b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[{"type":"reasoning.text","format":"unknown",'
         b'"index":0}]},"finish_reason":null}]}\n\n'
-        b'data: {"choices":[{"index":0,"delta":{"reasoning":null,"reasoning_details":[]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[]},"finish_reason":null}]}\n\n'
     )
 
 
@@ -995,7 +999,7 @@ def test_held_text_with_a_lone_surrogate_is_written_with_its_escape_later() -> N
             b'{"reasoning":"\\ud83dhm","reasoning_details":[{"type":"reasoning.text","text":"\\ud83dhm","index":0}]}'
         )
         + _delta_event(b'{"reasoning_details":[{"type":"reasoning.text","format":"unknown","index":0}]}')
-        + _delta_event(b'{"reasoning":null,"reasoning_details":[]}')
+        + _delta_event(b'{"reasoning_details":[]}')  # the reasoning went out in one delta
         + _delta_event(b'{"content":"ok"}')
     )
 

@@ -69,7 +69,7 @@ def test_response_writes_what_the_client_receives(tmp_path: Path) -> None:
         b'[{"type":"reasoning.text","text":"Hm.","index":0}]},"finish_reason":null}]}\n\n'
         b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[{"type":"reasoning.text","format":"unknown",'
         b'"index":0}]},"finish_reason":null}]}\n\n'
-        b'data: {"choices":[{"index":0,"delta":{"reasoning":null,"reasoning_details":[]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[]},"finish_reason":null}]}\n\n'
         b"data: [DONE]\n\n"
     )
 

@@ -386,6 +386,28 @@ def test_openai_node_keeps_a_detail_sent_whole_in_one_delta(shared_dir: Path) ->
     assert CLIENTS["openai-node .stream()"](sse_chunks(body)).fields == {"reasoning_details": [detail]}
 
 
+def test_openai_node_keeps_reasoning_text_that_came_in_one_delta() -> None:
+    # vLLM and llama.cpp send a short reasoning in one delta, and their answer chunks carry no reasoning field:
+    # straight at them openai-node's helper keeps the whole text; through numi_mw it keeps it too (only the
+    # details, whose format followed in a later delta, are emptied)
+    node = CLIENTS["openai-node .stream()"]
+    text = "Two plus two is four."
+    for finish in (_data({"content": "4"}) + _data({}, "stop"), _data({}, "length")):
+        body = _data({"role": "assistant", "reasoning_content": text}) + finish
+        assert node(sse_chunks(body)).fields == {"reasoning_content": text}
+        assert node(sse_chunks(rewrite(body))) == Replay(text, {"reasoning": text})
+    # a signed block whose text came in one delta and its signature in the next: the text stays, the details
+    # (the signature's entry alone) are emptied
+    body = _data({"reasoning_details": [{"type": "reasoning.text", "text": text, "format": ACV1}]}) + _data(
+        {"reasoning_details": [{"type": "reasoning.text", "signature": "SIG", "format": ACV1}]}
+    )
+    assert [d for d, _ in choice_deltas(rewrite(body))][1:] == [
+        {"reasoning_details": [{"type": "reasoning.text", "signature": "SIG", "format": ACV1, "index": 0}]},
+        {"reasoning_details": []},
+    ]
+    assert node(sse_chunks(rewrite(body))) == Replay(text, {"reasoning": text})
+
+
 # --- the shape's rules on small streams ------------------------------------------------------------------------
 
 

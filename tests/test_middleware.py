@@ -196,10 +196,11 @@ async def test_raw_asgi_drive_streams_event_by_event() -> None:
     assert bodies[:2] == [
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"Spell","reasoning_details":'
         b'[{"type":"reasoning.text","text":"Spell","index":0}]}}]}\n\n',
-        # the end of the stream closes the reasoning: the detail's format, then null fields, then [DONE]
+        # the end of the stream closes the reasoning: the detail's format, then its details emptied (the text came
+        # whole in one delta), then [DONE]
         b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[{"type":"reasoning.text","format":"unknown",'
         b'"index":0}]},"finish_reason":null}]}\n\n'
-        b'data: {"choices":[{"index":0,"delta":{"reasoning":null,"reasoning_details":[]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[]},"finish_reason":null}]}\n\n'
         b"data: [DONE]\n\n",
     ]
     assert all("content-length" not in dict(m).get("headers", {}) for m in sent[:1])

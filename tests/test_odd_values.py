@@ -346,9 +346,8 @@ def test_a_text_fragment_whose_text_is_not_a_string_extends_the_open_detail_as_i
                 ]
             }
         )
-        + data(
-            {"choices": [{"index": 0, "delta": {"reasoning": None, "reasoning_details": []}, "finish_reason": None}]}
-        )
+        # the details are emptied; "a" is the one reasoning text, whole, and stays
+        + data({"choices": [{"index": 0, "delta": {"reasoning_details": []}, "finish_reason": None}]})
         + b"data: [DONE]\n\n"
     )
     accumulator = Accumulator()  # which needs the text: the documented error, not a TypeError

@@ -284,11 +284,11 @@ def test_the_end_of_a_stream_closes_choices_in_the_order_they_first_carried_reas
     events = [_chunk(0, {"content": "hi"}), _chunk(1, {"reasoning": "a"}), _chunk(0, {"reasoning": "b"})]
     for first in (events[0], _chunk(0, {"content": "hi", "reasoning": None, "reasoning_details": []})):
         body = _run(SSERewriter(ResponseOptions()), [first, *events[1:], b"data: [DONE]\n\n"])
-        assert _deltas(body)[3:] == [  # each: the held format, then the two fields emptied
+        assert _deltas(body)[3:] == [  # each: the held format, then its details emptied (its text came whole)
             ("g", 1, {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
-            ("g", 1, {"reasoning": None, "reasoning_details": []}),
+            ("g", 1, {"reasoning_details": []}),
             ("g", 0, {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
-            ("g", 0, {"reasoning": None, "reasoning_details": []}),
+            ("g", 0, {"reasoning_details": []}),
         ]
         assert body == _run(ReferenceRewriter(ResponseOptions()), [first, *events[1:], b"data: [DONE]\n\n"])
 
@@ -315,7 +315,7 @@ def test_the_chunks_that_close_reasoning_take_the_envelope_of_the_chunk_they_go_
     assert _deltas(out)[1:] == [
         ("g2", 1, {"content": "a"}),
         ("g2", 0, {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
-        ("g2", 0, {"reasoning": None, "reasoning_details": []}),
+        ("g2", 0, {"reasoning_details": []}),
         ("g2", 0, {"content": "b"}),
     ]
     later = _chunk(0, {"content": ""}, model="other", id="g3")

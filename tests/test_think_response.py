@@ -129,7 +129,7 @@ CALL = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "ge
 ARGUMENTS = {"index": 0, "function": {"arguments": '{"city":"Lisbon"}'}}
 THINK_DETAIL = {"type": "reasoning.text", "text": "think", "index": 0}
 THINK_FORMAT = {"type": "reasoning.text", "format": "unknown", "index": 0}  # the detail's last entry
-END = {"reasoning": None, "reasoning_details": []}  # the end of the reasoning, before the answer
+END = {"reasoning_details": []}  # the end of the reasoning before the answer ("think" came whole in one delta)
 
 
 @pytest.mark.parametrize("start", ["content", "auto", "reasoning"])
@@ -209,7 +209,7 @@ def test_a_streamed_echo_after_the_fields_is_dropped_as_in_the_buffered_body() -
         b'"text":"R","index":0}]},"finish_reason":null}]}\n\n'
         b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[{"type":"reasoning.text","format":"unknown",'
         b'"index":0}]},"finish_reason":null}]}\n\n'
-        b'data: {"choices":[{"index":0,"delta":{"reasoning":null,"reasoning_details":[]},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_details":[]},"finish_reason":null}]}\n\n'
         b'data: {"choices":[{"index":0,"delta":{"content":"Answer"},"finish_reason":null}]}\n\n'
     )
     message = buffered("<think>R</think>Answer", reasoning_content="R")

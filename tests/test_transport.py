@@ -141,11 +141,11 @@ REASONING_EVENT_OUT = (
     b'data: {"id":"c1","choices":[{"index":0,"delta":{"role":"assistant","reasoning":"Count the r\'s.",'
     b'"reasoning_details":[{"type":"reasoning.text","text":"Count the r\'s.","index":0}]}}]}\n\n'
 )
-REASONING_END = (  # the end of the reasoning, before what follows it: the detail's format once, then nulls
+REASONING_END = (  # the end of the reasoning, before what follows it: the detail's format once, then its details
+    # emptied (the text came whole in one delta and stays)
     b'data: {"id":"c1","choices":[{"index":0,"delta":{"reasoning_details":[{"type":"reasoning.text",'
     b'"format":"unknown","index":0}]},"finish_reason":null}]}\n\n'
-    b'data: {"id":"c1","choices":[{"index":0,"delta":{"reasoning":null,"reasoning_details":[]},"finish_reason":null}]}'
-    b"\n\n"
+    b'data: {"id":"c1","choices":[{"index":0,"delta":{"reasoning_details":[]},"finish_reason":null}]}\n\n'
 )
 ANSWER_EVENTS = (
     b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Three."},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'

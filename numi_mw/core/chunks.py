@@ -25,12 +25,14 @@ returns the chunks the client receives:
   untouched. The finish chunk keeps its delta and gets no synthetic detail; text a think splitter still held
   goes out in a chunk of its own just before it. Usage passes through.
 - The end of the reasoning: just before the first chunk after it that shows the answer (content text, a tool
-  call, a refusal) or finishes the choice, or at the end of the stream, the held format goes out, then, when
-  more than one delta carried reasoning and that chunk does not carry both fields itself, ``"reasoning":
-  null`` and ``"reasoning_details": []``, each in a chunk of its own (that chunk leaves as it came), so a
-  client that keeps the last delta's value of these fields (openai-node's ``stream()`` helper) keeps nothing
-  rather than a fragment. While a choice's reasoning is open, a stream rewriter decodes every chunk (the one
-  that ends it may carry no reasoning field at all).
+  call, a refusal) or finishes the choice, or at the end of the stream, the held format goes out, then, in a
+  chunk of its own, ``"reasoning": null`` when more than one delta carried reasoning text and
+  ``"reasoning_details": []`` when more than one carried detail entries, each unless the chunk they go before
+  (which leaves as it came) sets the field itself, so a client that keeps the last delta's value of these
+  fields (openai-node's ``stream()`` helper) keeps nothing rather than a fragment, and a reasoning that came in
+  one delta whole.
+  While a choice's reasoning is open, a stream rewriter decodes every chunk (the one that ends it may carry no
+  reasoning field at all).
 - A choice's state is made when a chunk of it first carries reasoning (a reasoning field that holds something;
   with a think splitter, any chunk: its content is read), on every path alike, so the order in which the end of the
   stream closes the choices, and the choices ``MAX_CHOICES`` counts, do not depend on which chunks were decoded.
@@ -87,6 +89,7 @@ class _Choice:
     given: dict[int, Any] = field(default_factory=dict)  # the last indexes numi_mw gave -> whose (``_free_index``)
     moved: dict[Any, int] = field(default_factory=dict)  # an upstream tool call index -> the index it was given
     sent: int = 0  # deltas sent with reasoning (text or detail entries)
+    texts: int = 0  # of those, the deltas whose ``reasoning`` is text (``_closing``)
     open: bool = False  # reasoning went out and nothing has shown the answer since (``_closing``)
     held: tuple[int, Any] | None = None  # the open text detail's position and its format, not sent yet
     opener: dict[str, Any] | None = None  # a block-opening placeholder's fields, for the next text detail
@@ -338,6 +341,7 @@ class Repeat:
         if splitter is not None and not splitter.takes_whole(text, "reasoning"):
             return False
         state.sent += 1
+        state.texts += 1
         self.normalizer._envelope = self.envelope
         return True
 
@@ -518,7 +522,7 @@ class ChunkNormalizer:
                 if state.rebuilder.open_text >= 0:  # the text extends the open detail (``_emit``, rule 1)
                     self.repeat = THINK_TEXT
                 fields = self._piece_fields(pieces[0], state)
-                self._sent(state)
+                self._sent(state, text=True)
             if fields is not None:
                 choice["delta"] = {"role": delta["role"], **fields} if size == 2 else fields
                 return [data]
@@ -568,6 +572,7 @@ class ChunkNormalizer:
             fields["reasoning_details"] = entries
             choice["delta"] = fields
             state.sent += 1  # ``_sent``, inline on the common path
+            state.texts += 1
             if not state.open:
                 state.open = self.open_reasoning = True
             return [data]
@@ -598,6 +603,7 @@ class ChunkNormalizer:
             if not shown:
                 delta["reasoning"] = text  # details only (Anthropic-style): their text becomes delta.reasoning
             state.sent += 1  # ``_sent``, inline on the common path
+            state.texts += 1
             if not state.open:
                 state.open = self.open_reasoning = True
             if pos >= 0:  # rule 1 extends the open detail (no call: _NO_TEXT): only type, text and index go out
@@ -641,6 +647,7 @@ class ChunkNormalizer:
             else:
                 delta["reasoning_details"] = self._plain_entries(state, reasoning)
             state.sent += 1  # ``_sent``, inline on the common path
+            state.texts += 1
             if not state.open:
                 state.open = self.open_reasoning = True
             return [data]
@@ -659,7 +666,7 @@ class ChunkNormalizer:
             return _SLOW
         rebuilder = state.rebuilder
         where = ("new", len(rebuilder.details))
-        self._sent(state)
+        self._sent(state, text=True)
         if fragment.get("index") == where[1]:
             rebuilder.add(fragment, where)
             return UNCHANGED
@@ -689,7 +696,7 @@ class ChunkNormalizer:
         emitted: list[Any] = []
         self._emit(state, fragment, emitted)
         if len(emitted) == 1:  # it carries reasoning
-            self._sent(state)
+            self._sent(state, text=False)
             if emitted[0] == fragment:
                 return UNCHANGED
             delta["reasoning_details"] = emitted
@@ -744,9 +751,10 @@ class ChunkNormalizer:
         it follows (``MAX_CHOICES``); any other leaves as it came."""
         return _is_delta_choice(choice) and self._choices.follows(choice.get("index", 0))
 
-    def _sent(self, state: _Choice) -> None:
-        """A delta with reasoning goes out for ``state``'s choice."""
+    def _sent(self, state: _Choice, *, text: bool) -> None:
+        """A delta with reasoning goes out for ``state``'s choice (``text``: its ``reasoning`` is text)."""
         state.sent += 1
+        state.texts += text
         state.open = True
         self.open_reasoning = True
 
@@ -855,7 +863,8 @@ class ChunkNormalizer:
         for entry in entries:
             delta = entry["delta"]
             if _carries_reasoning(delta):
-                self._sent(state)
+                reasoning = delta.get("reasoning")
+                self._sent(state, text=type(reasoning) is str and reasoning != "")
                 if entry.get("finish_reason") is not None:
                     finish = {key: value for key, value in entry.items() if key != "logprobs"}
                     finish["delta"] = {}
@@ -873,10 +882,11 @@ class ChunkNormalizer:
         end of the stream, for the choice ``index``; ``docs/streaming.md``, "Streams"):
 
         - the held ``format`` of the open text detail (``_release``), in a delta of its own;
-        - when more than one delta carried reasoning and ``entry``'s delta does not carry both fields itself (as
-          OpenRouter's answer chunks do), ``{"reasoning": null, "reasoning_details": []}``: a client that keeps
-          only the last delta's value of a field it does not know (openai-node's ``stream()`` helper) then keeps
-          nothing rather than a fragment.
+        - in one delta, ``"reasoning": null`` when more than one delta carried reasoning text (``state.texts``) and
+          ``"reasoning_details": []`` when more than one carried detail entries (``state.sent``, the released
+          format counted), each unless ``entry``'s delta sets that field itself (as OpenRouter's answer chunks
+          do): a client that keeps only the last delta's value of a field it does not know (openai-node's
+          ``stream()`` helper) then keeps nothing rather than a fragment, and a text that came in one delta whole.
         """
         state.open = False
         state.opener = None
@@ -889,8 +899,13 @@ class ChunkNormalizer:
             state.sent += 1
             out.append({"index": index, "delta": {"reasoning_details": released}, "finish_reason": None})
         delta = entry["delta"] if entry is not None else _NO_DELTA
-        if state.sent > 1 and ("reasoning" not in delta or "reasoning_details" not in delta):
-            out.append({"index": index, "delta": {"reasoning": None, "reasoning_details": []}, "finish_reason": None})
+        cleared: dict[str, Any] = {}
+        if state.texts > 1 and "reasoning" not in delta:
+            cleared["reasoning"] = None
+        if state.sent > 1 and "reasoning_details" not in delta:
+            cleared["reasoning_details"] = []
+        if cleared:
+            out.append({"index": index, "delta": cleared, "finish_reason": None})
         for other in self._choices.values():  # (no generator: it runs once per reasoning)
             if other.open:
                 break
