@@ -89,7 +89,8 @@ class _Choice:
     given: dict[int, Any] = field(default_factory=dict)  # the last indexes numi_mw gave -> whose (``_free_index``)
     moved: dict[Any, int] = field(default_factory=dict)  # an upstream tool call index -> the index it was given
     sent: int = 0  # deltas sent with reasoning (text or detail entries)
-    texts: int = 0  # of those, the deltas whose ``reasoning`` is text (``_closing``)
+    bare: int = 0  # of those, the ones without reasoning text (a signature, a format alone; ``_closing``): the
+    # fast paths, whose deltas all carry text, count ``sent`` alone
     open: bool = False  # reasoning went out and nothing has shown the answer since (``_closing``)
     held: tuple[int, Any] | None = None  # the open text detail's position and its format, not sent yet
     opener: dict[str, Any] | None = None  # a block-opening placeholder's fields, for the next text detail
@@ -341,7 +342,6 @@ class Repeat:
         if splitter is not None and not splitter.takes_whole(text, "reasoning"):
             return False
         state.sent += 1
-        state.texts += 1
         self.normalizer._envelope = self.envelope
         return True
 
@@ -572,7 +572,6 @@ class ChunkNormalizer:
             fields["reasoning_details"] = entries
             choice["delta"] = fields
             state.sent += 1  # ``_sent``, inline on the common path
-            state.texts += 1
             if not state.open:
                 state.open = self.open_reasoning = True
             return [data]
@@ -603,7 +602,6 @@ class ChunkNormalizer:
             if not shown:
                 delta["reasoning"] = text  # details only (Anthropic-style): their text becomes delta.reasoning
             state.sent += 1  # ``_sent``, inline on the common path
-            state.texts += 1
             if not state.open:
                 state.open = self.open_reasoning = True
             if pos >= 0:  # rule 1 extends the open detail (no call: _NO_TEXT): only type, text and index go out
@@ -647,7 +645,6 @@ class ChunkNormalizer:
             else:
                 delta["reasoning_details"] = self._plain_entries(state, reasoning)
             state.sent += 1  # ``_sent``, inline on the common path
-            state.texts += 1
             if not state.open:
                 state.open = self.open_reasoning = True
             return [data]
@@ -754,7 +751,8 @@ class ChunkNormalizer:
     def _sent(self, state: _Choice, *, text: bool) -> None:
         """A delta with reasoning goes out for ``state``'s choice (``text``: its ``reasoning`` is text)."""
         state.sent += 1
-        state.texts += text
+        if not text:
+            state.bare += 1
         state.open = True
         self.open_reasoning = True
 
@@ -882,11 +880,12 @@ class ChunkNormalizer:
         end of the stream, for the choice ``index``; ``docs/streaming.md``, "Streams"):
 
         - the held ``format`` of the open text detail (``_release``), in a delta of its own;
-        - in one delta, ``"reasoning": null`` when more than one delta carried reasoning text (``state.texts``) and
-          ``"reasoning_details": []`` when more than one carried detail entries (``state.sent``, the released
-          format counted), each unless ``entry``'s delta sets that field itself (as OpenRouter's answer chunks
-          do): a client that keeps only the last delta's value of a field it does not know (openai-node's
-          ``stream()`` helper) then keeps nothing rather than a fragment, and a text that came in one delta whole.
+        - in one delta, ``"reasoning": null`` when more than one delta carried reasoning text (``state.sent`` but
+          ``state.bare``) and ``"reasoning_details": []`` when more than one carried detail entries
+          (``state.sent``, the released format counted), each unless ``entry``'s delta sets that field itself (as
+          OpenRouter's answer chunks do): a client that keeps only the last delta's value of a field it does not
+          know (openai-node's ``stream()`` helper) then keeps nothing rather than a fragment, and a text that came
+          in one delta whole.
         """
         state.open = False
         state.opener = None
@@ -897,10 +896,11 @@ class ChunkNormalizer:
             released: list[Any] = []
             self._release(state, released)
             state.sent += 1
+            state.bare += 1
             out.append({"index": index, "delta": {"reasoning_details": released}, "finish_reason": None})
         delta = entry["delta"] if entry is not None else _NO_DELTA
         cleared: dict[str, Any] = {}
-        if state.texts > 1 and "reasoning" not in delta:
+        if state.sent - state.bare > 1 and "reasoning" not in delta:
             cleared["reasoning"] = None
         if state.sent > 1 and "reasoning_details" not in delta:
             cleared["reasoning_details"] = []
