@@ -29,10 +29,9 @@ returns the chunks the client receives:
   chunk of its own, ``"reasoning": null`` when more than one delta carried reasoning text and
   ``"reasoning_details": []`` when more than one carried detail entries, each unless the chunk they go before
   (which leaves as it came) sets the field itself, so a client that keeps the last delta's value of these
-  fields (openai-node's ``stream()`` helper) keeps nothing rather than a fragment, and a reasoning that came in
-  one delta whole.
-  While a choice's reasoning is open, a stream rewriter decodes every chunk (the one that ends it may carry no
-  reasoning field at all).
+  fields (openai-node's ``stream()`` helper) keeps nothing rather than a fragment, and keeps whole a reasoning
+  that came in one delta. While a choice's reasoning is open, a stream rewriter decodes every chunk (the one
+  that ends it may carry no reasoning field at all).
 - A choice's state is made when a chunk of it first carries reasoning (a reasoning field that holds something;
   with a think splitter, any chunk: its content is read), on every path alike, so the order in which the end of the
   stream closes the choices, and the choices ``MAX_CHOICES`` counts, do not depend on which chunks were decoded.
@@ -884,8 +883,8 @@ class ChunkNormalizer:
           ``state.bare``) and ``"reasoning_details": []`` when more than one carried detail entries
           (``state.sent``, the released format counted), each unless ``entry``'s delta sets that field itself (as
           OpenRouter's answer chunks do): a client that keeps only the last delta's value of a field it does not
-          know (openai-node's ``stream()`` helper) then keeps nothing rather than a fragment, and a text that came
-          in one delta whole.
+          know (openai-node's ``stream()`` helper) then keeps nothing rather than a fragment, and keeps whole a
+          text that came in one delta.
         """
         state.open = False
         state.opener = None
