@@ -17,7 +17,7 @@ from numi_mw.core.details import rebuild_reasoning_details
 from numi_mw.core.errors import ApiError
 from numi_mw.core.providers import provider_rules
 from numi_mw.core.request import prepare_request
-from tests.response_support import rewrite
+from tests.response_support import rewrite, rewrite_json
 
 
 def data(body: dict[str, Any]) -> bytes:
@@ -356,3 +356,33 @@ def test_a_text_fragment_whose_text_is_not_a_string_extends_the_open_detail_as_i
         accumulator.finish()
         accumulator.message()
     assert info.value.message == f"reasoning_details[1].text must be a string or null, not {type(text).__name__}."
+
+
+@pytest.mark.parametrize("value", [5, 1.5, True, {"text": "Hm."}, ["Hm."]])
+def test_a_reasoning_content_that_is_not_a_string_stays_as_it_came(value: Any) -> None:
+    # numi_mw moves the text of a reasoning_content into reasoning; a value that holds no string is not read, and
+    # goes as it came (a chunk of its own, the bytes; beside content or a reasoning text, in its place)
+    alone = data({"id": "c", "choices": [{"index": 0, "delta": {"reasoning_content": value}}]})
+    assert rewrite(b"id: 7\n" + alone) == b"id: 7\n" + alone
+    beside = data({"id": "c", "choices": [{"index": 0, "delta": {"reasoning_content": value, "content": "hi"}}]})
+    assert rewrite(beside) == beside
+    with_text = data({"choices": [{"index": 0, "delta": {"reasoning_content": value, "reasoning": "r"}}]})
+    assert json.loads(rewrite(with_text).split(b"\n\n")[0][6:])["choices"][0]["delta"] == {
+        "reasoning_content": value,
+        "reasoning": "r",
+        "reasoning_details": [{"type": "reasoning.text", "text": "r", "index": 0}],
+    }
+    # a buffered answer: the same
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a", "reasoning_content": value}}]}
+    raw = json.dumps(body).encode()
+    assert rewrite_json(raw) == raw
+    body["choices"][0]["message"]["reasoning"] = "r"
+    assert json.loads(rewrite_json(json.dumps(body).encode()))["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "a",
+        "reasoning": "r",
+        "reasoning_details": [{"type": "reasoning.text", "text": "r", "format": "unknown"}],
+        "reasoning_content": value,
+    }
+    # excluded, it goes with the rest of the reasoning
+    assert rewrite(beside, exclude=True) == data({"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}}]})

@@ -8,7 +8,8 @@ returns the chunks the client receives:
   ``delta.reasoning`` plus one entry in ``delta.reasoning_details`` carrying the same text, never a second
   copy (a delta split so that it carries one entry per detail gives each part the text of its own entries,
   ``_apart``). Plain reasoning (no detail from the provider) becomes a ``reasoning.text`` entry with format
-  ``unknown``. ``delta.reasoning_content`` is removed (its text is in ``delta.reasoning``).
+  ``unknown``. ``delta.reasoning_content`` is removed (its text is in ``delta.reasoning``), but for a value
+  that is neither a string nor null, which is not read and stays as it came (``fields.unread_content``).
 - Every streamed detail entry carries an integer ``index``: the position of the detail it belongs to in the
   spec's rebuild ("From a stream"), the same on every entry of one detail. Each field appears once per detail,
   so that clients that concatenate repeated strings (openai-python's ``chat.completions.stream()`` helper,
@@ -54,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from numi_mw.core.details import FILLED_KEYS, DetailsRebuilder, visible_text
-from numi_mw.core.fields import REASONING_FIELDS, plain_reasoning, splice
+from numi_mw.core.fields import REASONING_FIELDS, plain_reasoning, splice, unread_content
 from numi_mw.core.splitter import Piece, ThinkSplitter
 from numi_mw.core.think import ThinkTags
 
@@ -937,7 +938,7 @@ class ChunkNormalizer:
         details = delta.get("reasoning_details")
         reasoning = delta.get("reasoning")
         plain = plain_reasoning(delta)
-        fields: dict[str, Any] = {}
+        fields = unread_content(delta)
         if "reasoning" in delta and plain is None:
             fields["reasoning"] = reasoning
         if not isinstance(details, list):
@@ -945,7 +946,7 @@ class ChunkNormalizer:
                 if details is not None:
                     fields["reasoning_details"] = details
                 return fields
-            return {"reasoning": plain, "reasoning_details": self._plain_entries(state, plain)}
+            return {**fields, "reasoning": plain, "reasoning_details": self._plain_entries(state, plain)}
         shown = visible_text(details)
         emitted: list[Any] = []
         if plain is not None and not shown:

@@ -6,7 +6,8 @@ On each choice's ``message``:
   provider returned details but no ``reasoning`` string, ``reasoning`` is their visible text.
 - Plain reasoning with no details (``reasoning_content``, ``reasoning`` alone, or reasoning tags inside
   ``content``) becomes ``reasoning`` plus one ``reasoning.text`` detail with format ``unknown``.
-- ``reasoning_content`` is removed: its text is in ``reasoning``.
+- ``reasoning_content`` is removed: its text is in ``reasoning``. A value of it that is neither a string nor null
+  is not read and stays as it came (``fields.unread_content``).
 - With ``exclude``, ``reasoning``, ``reasoning_details`` and ``reasoning_content`` are all omitted, and
   reasoning tags with their text are cut from ``content``. Usage passes through unchanged.
 - Think splitting reads ``content`` as a stream's splitter would, with the message's own reasoning fields
@@ -22,7 +23,7 @@ from typing import Any
 
 from numi_mw.core.chunks import tool_call_id
 from numi_mw.core.details import visible_text
-from numi_mw.core.fields import REASONING_FIELDS, drop, plain_reasoning, splice
+from numi_mw.core.fields import REASONING_FIELDS, drop, plain_reasoning, splice, unread_content
 from numi_mw.core.think import ThinkTags
 
 
@@ -114,12 +115,13 @@ def _normalize_reasoning(
         fields["reasoning"] = text
         fields["reasoning_details"] = [{"type": "reasoning.text", "text": text, "format": "unknown"}]
     else:
-        if "reasoning_content" in message:
+        if "reasoning_content" in message and not unread_content(message):
             del message["reasoning_content"]
             return True
         return changed
     if fields["reasoning"] is None:
         del fields["reasoning"]
+    fields.update(unread_content(message))
     before = {k: message.get(k) for k in REASONING_FIELDS if k in message}
     if before == fields:
         return changed

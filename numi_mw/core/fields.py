@@ -40,6 +40,15 @@ def plain_reasoning(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
+def unread_content(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"reasoning_content": value}`` when ``obj``'s ``reasoning_content`` holds a value numi_mw does not read
+    (neither a string nor null: a number, an object, a list), which stays as it came; else ``{}``: a string's
+    text goes into ``reasoning``, and null or ``""`` holds nothing (``docs/streaming.md``, "Values numi_mw does
+    not read")."""
+    value = obj.get("reasoning_content")
+    return {} if value is None or type(value) is str else {"reasoning_content": value}
+
+
 def splice(obj: dict[str, Any], old: Collection[str], new: Mapping[str, Any]) -> None:
     """Replace the keys ``old`` of ``obj`` by the items of ``new``, in place, keeping the order of the others.
 
