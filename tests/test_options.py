@@ -16,6 +16,7 @@ from numi_mw import (
     CatalogError,
     NormalizingTransport,
     ReasoningMiddleware,
+    ResponseOptions,
     SyncNormalizingTransport,
     ThinkTags,
     create_app,
@@ -23,6 +24,8 @@ from numi_mw import (
     load_catalog,
     provider_rules,
 )
+from numi_mw.core.adapters import Answer
+from numi_mw.core.response import Bounds
 from tests.e2e_support import numi_mw_command
 
 PREFIX_RULE = (
@@ -182,6 +185,42 @@ def test_think_tags_refuses_a_bad_option(options: dict[str, Any], message: str) 
     with pytest.raises(ValueError) as info:
         ThinkTags(**options)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: ResponseOptions(exclude="yes"), "exclude must be true or false, not 'yes'"),
+        (lambda: ResponseOptions(exclude=1), "exclude must be true or false, not 1"),
+        (
+            lambda: ResponseOptions(wire_api="anthropic"),
+            "wire_api must be one of openai-chat, openai-responses, anthropic-messages, not 'anthropic'",
+        ),
+        (lambda: ResponseOptions(think="<think>"), "think must be a ThinkTags or None, not '<think>'"),
+        (lambda: ResponseOptions(answer={"model": "m"}), "answer must be an Answer or None, not {'model': 'm'}"),
+        (lambda: ResponseOptions(usage=True), "usage must be a UsageRules or None, not True"),
+        (lambda: ResponseOptions(bounds=None), "bounds must be a Bounds, not None"),
+        (lambda: Bounds(max_event_bytes=0), "max_event_bytes must be a positive whole number of bytes, not 0"),
+        (lambda: Bounds(max_event_bytes=None), "max_event_bytes must be a positive whole number of bytes, not None"),
+        (
+            lambda: Bounds(max_response_bytes=1.5),
+            "max_response_bytes must be a positive whole number of bytes, not 1.5",
+        ),
+        (
+            lambda: Bounds(max_response_bytes=True),
+            "max_response_bytes must be a positive whole number of bytes, not True",
+        ),
+    ],
+)
+def test_response_options_and_bounds_refuse_a_bad_value(make: Any, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        make()
+    assert str(info.value) == message
+
+
+def test_response_options_take_good_values() -> None:
+    options = ResponseOptions(True, ThinkTags(), "anthropic-messages", Answer("claude"), Bounds(1, 2))
+    assert (options.exclude, options.wire_api, options.bounds.max_response_bytes) == (True, "anthropic-messages", 2)
 
 
 def test_think_tags_takes_good_options() -> None:

@@ -562,20 +562,3 @@ def test_no_run_of_a_shape_outlives_the_stream() -> None:
         assert rw.feed(answer(b"z")) == b'data: {"id":"d1","choices":[{"index":0,"delta":{"content":"z"}}]}\n\n'
         assert rw._lead is rw._shape  # past the start once more, a run may start again
         assert rw.feed(b"\xef\xbb\xbf" + answer(b"c")) == b"\xef\xbb\xbf" + answer(b"c")
-
-
-def test_a_run_takes_any_event_size_when_no_bound_is_set() -> None:
-    from numi_mw.core import build
-    from numi_mw.core.structs import Bounds
-
-    # ``None`` is outside ``Bounds``' type: the pure core takes it as no bound, as ``SSEDecoder`` does, and the
-    # compiled core refuses it when the rewriter is made (its attributes are typed)
-    events = [deepseek(f"r{n}") for n in range(8)]
-    options = ResponseOptions(bounds=Bounds(max_event_bytes=None))  # type: ignore[arg-type]
-    if build() != "pure Python":
-        with pytest.raises(TypeError):
-            SSERewriter(options)
-        return
-    rw = SSERewriter(options)
-    assert [rw.feed(e) for e in events] == run(events)[0][:-1]
-    assert rw._lead is not None

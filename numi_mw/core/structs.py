@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from numi_mw.core.adapters import Answer
-from numi_mw.core.providers import WireApi
+from numi_mw.core.providers import WIRE_API_NAMES, WireApi
 from numi_mw.core.think import ThinkTags
 from numi_mw.core.usage import UsageRules
 
@@ -55,6 +55,13 @@ class Bounds(msgspec.Struct, frozen=True, gc=False):
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
 
+    def __post_init__(self) -> None:
+        """Raises ``ValueError`` when either bound is not a positive ``int``."""
+        for name in ("max_event_bytes", "max_response_bytes"):
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"{name} must be a positive whole number of bytes, not {value!r}")
+
 
 DEFAULT_BOUNDS = Bounds()
 
@@ -80,6 +87,28 @@ class ResponseOptions(msgspec.Struct, frozen=True, gc=False):
     answer: Answer | None = None
     bounds: Bounds = DEFAULT_BOUNDS
     usage: UsageRules | None = None
+
+    def __post_init__(self) -> None:
+        """Raises ``ValueError`` naming the first attribute whose value is not of its type (``wire_api``: not one
+        of ``providers.WIRE_API_NAMES``)."""
+        if type(self.exclude) is not bool:
+            raise ValueError(f"exclude must be true or false, not {self.exclude!r}")
+        if self.wire_api not in WIRE_API_NAMES:
+            raise ValueError(f"wire_api must be one of {', '.join(WIRE_API_NAMES)}, not {self.wire_api!r}")
+        for name, kind, what in _OPTION_TYPES:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise ValueError(f"{name} must be {what} or None, not {value!r}")
+        if not isinstance(self.bounds, Bounds):
+            raise ValueError(f"bounds must be a Bounds, not {self.bounds!r}")
+
+
+_OPTION_TYPES: tuple[tuple[str, type, str], ...] = (
+    ("think", ThinkTags, "a ThinkTags"),
+    ("answer", Answer, "an Answer"),
+    ("usage", UsageRules, "a UsageRules"),
+)
+"""The attributes of ``ResponseOptions`` that hold one type or ``None``: name, type, the type in a message."""
 
 
 class SSEEvent(msgspec.Struct, gc=False):
