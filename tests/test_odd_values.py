@@ -386,3 +386,27 @@ def test_a_reasoning_content_that_is_not_a_string_stays_as_it_came(value: Any) -
     }
     # excluded, it goes with the rest of the reasoning
     assert rewrite(beside, exclude=True) == data({"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}}]})
+
+
+def test_a_reasoning_field_of_a_type_not_read_keeps_its_value_beside_reasoning_text() -> None:
+    # beside a reasoning text, an object in reasoning or a string in reasoning_details is not replaced by the text
+    # or by a detail made of it: it stays as it came, and so does the text's own field
+    odd_reasoning = {"reasoning": {"x": 1}, "reasoning_content": "r"}
+    odd_details = {"reasoning": "r", "reasoning_details": "oops"}
+    first = data({"choices": [{"index": 0, "delta": odd_reasoning}]})
+    assert json.loads(rewrite(first).split(b"\n\n")[0][6:])["choices"][0]["delta"] == {
+        **odd_reasoning,
+        "reasoning_details": [{"type": "reasoning.text", "text": "r", "index": 0}],
+    }
+    stream = data({"choices": [{"index": 0, "delta": odd_details}]})
+    assert rewrite(stream) == stream  # no detail in the stream: nothing to close
+    for message, expected in (
+        (
+            odd_reasoning,
+            {**odd_reasoning, "reasoning_details": [{"type": "reasoning.text", "text": "r", "format": "unknown"}]},
+        ),
+        (odd_details, odd_details),
+    ):
+        body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", **message}}]}).encode()
+        out = json.loads(rewrite_json(body))["choices"][0]["message"]
+        assert out == {"role": "assistant", **expected}

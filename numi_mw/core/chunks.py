@@ -8,8 +8,9 @@ returns the chunks the client receives:
   ``delta.reasoning`` plus one entry in ``delta.reasoning_details`` carrying the same text, never a second
   copy (a delta split so that it carries one entry per detail gives each part the text of its own entries,
   ``_apart``). Plain reasoning (no detail from the provider) becomes a ``reasoning.text`` entry with format
-  ``unknown``. ``delta.reasoning_content`` is removed (its text is in ``delta.reasoning``), but for a value
-  that is neither a string nor null, which is not read and stays as it came (``fields.unread_content``).
+  ``unknown``. ``delta.reasoning_content`` is removed (its text is in ``delta.reasoning``). A reasoning field
+  holding a value numi_mw does not read (not a string, a list of details or null) stays as it came, and nothing is
+  added under it (``fields.unread_fields``).
 - Every streamed detail entry carries an integer ``index``: the position of the detail it belongs to in the
   spec's rebuild ("From a stream"), the same on every entry of one detail. Each field appears once per detail,
   so that clients that concatenate repeated strings (openai-python's ``chat.completions.stream()`` helper,
@@ -55,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from numi_mw.core.details import FILLED_KEYS, DetailsRebuilder, visible_text
-from numi_mw.core.fields import REASONING_FIELDS, plain_reasoning, splice, unread_content
+from numi_mw.core.fields import REASONING_FIELDS, plain_reasoning, splice, unread_fields
 from numi_mw.core.splitter import Piece, ThinkSplitter
 from numi_mw.core.think import ThinkTags
 
@@ -938,15 +939,17 @@ class ChunkNormalizer:
         details = delta.get("reasoning_details")
         reasoning = delta.get("reasoning")
         plain = plain_reasoning(delta)
-        fields = unread_content(delta)
+        fields = unread_fields(delta)
         if "reasoning" in delta and plain is None:
             fields["reasoning"] = reasoning
+        shows = reasoning is None or type(reasoning) is str  # else a value not read holds the field (``fields``)
         if not isinstance(details, list):
-            if plain is None:
-                if details is not None:
-                    fields["reasoning_details"] = details
-                return fields
-            return {**fields, "reasoning": plain, "reasoning_details": self._plain_entries(state, plain)}
+            if plain is not None:
+                if shows:
+                    fields["reasoning"] = plain
+                if details is None:
+                    fields["reasoning_details"] = self._plain_entries(state, plain)
+            return fields
         shown = visible_text(details)
         emitted: list[Any] = []
         if plain is not None and not shown:
@@ -954,7 +957,7 @@ class ChunkNormalizer:
         for fragment in details:
             self._emit(state, fragment, emitted)
         text = shown or plain
-        if text is not None:
+        if text is not None and shows:
             fields["reasoning"] = text
         if emitted or not details:
             fields["reasoning_details"] = emitted

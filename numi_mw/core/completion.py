@@ -6,8 +6,9 @@ On each choice's ``message``:
   provider returned details but no ``reasoning`` string, ``reasoning`` is their visible text.
 - Plain reasoning with no details (``reasoning_content``, ``reasoning`` alone, or reasoning tags inside
   ``content``) becomes ``reasoning`` plus one ``reasoning.text`` detail with format ``unknown``.
-- ``reasoning_content`` is removed: its text is in ``reasoning``. A value of it that is neither a string nor null
-  is not read and stays as it came (``fields.unread_content``).
+- ``reasoning_content`` is removed: its text is in ``reasoning``. A reasoning field holding a value numi_mw does
+  not read (not a string, a list of details or null) stays as it came, and nothing is added under it
+  (``fields.unread_fields``).
 - With ``exclude``, ``reasoning``, ``reasoning_details`` and ``reasoning_content`` are all omitted, and
   reasoning tags with their text are cut from ``content``. Usage passes through unchanged.
 - Think splitting reads ``content`` as a stream's splitter would, with the message's own reasoning fields
@@ -23,7 +24,7 @@ from typing import Any
 
 from numi_mw.core.chunks import tool_call_id
 from numi_mw.core.details import visible_text
-from numi_mw.core.fields import REASONING_FIELDS, drop, plain_reasoning, splice, unread_content
+from numi_mw.core.fields import REASONING_FIELDS, drop, plain_reasoning, splice, unread_fields
 from numi_mw.core.think import ThinkTags
 
 
@@ -101,6 +102,7 @@ def _normalize_reasoning(
     reasoning = message.get("reasoning")
     details = message.get("reasoning_details")
     plain = plain_reasoning(message)
+    kept = unread_fields(message)  # values not read, which stay as they came
     fields: dict[str, Any] = {}
     if isinstance(details, list) and details:
         shown = reasoning if isinstance(reasoning, str) and reasoning else visible_text(details) or plain
@@ -115,13 +117,13 @@ def _normalize_reasoning(
         fields["reasoning"] = text
         fields["reasoning_details"] = [{"type": "reasoning.text", "text": text, "format": "unknown"}]
     else:
-        if "reasoning_content" in message and not unread_content(message):
+        if "reasoning_content" in message and "reasoning_content" not in kept:
             del message["reasoning_content"]
             return True
         return changed
     if fields["reasoning"] is None:
         del fields["reasoning"]
-    fields.update(unread_content(message))
+    fields.update(kept)
     before = {k: message.get(k) for k in REASONING_FIELDS if k in message}
     if before == fields:
         return changed

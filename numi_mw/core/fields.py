@@ -40,13 +40,26 @@ def plain_reasoning(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-def unread_content(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"reasoning_content": value}`` when ``obj``'s ``reasoning_content`` holds a value numi_mw does not read
-    (neither a string nor null: a number, an object, a list), which stays as it came; else ``{}``: a string's
-    text goes into ``reasoning``, and null or ``""`` holds nothing (``docs/streaming.md``, "Values numi_mw does
-    not read")."""
-    value = obj.get("reasoning_content")
-    return {} if value is None or type(value) is str else {"reasoning_content": value}
+def unread_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The reasoning fields of ``obj`` that hold a value numi_mw does not read, which stay as they came: a
+    ``reasoning`` or ``reasoning_content`` that is neither a string nor null (a number, an object, a list), a
+    ``reasoning_details`` that is neither a list nor null. Beside a ``reasoning`` kept so, a ``reasoning_content``
+    text stays too, since ``reasoning`` cannot take it. The text of the others goes into ``reasoning`` and
+    details as usual; nothing is added under a field kept (``docs/streaming.md``, "Values numi_mw does not
+    read")."""
+    kept: dict[str, Any] = {}
+    reasoning = obj.get("reasoning")
+    if reasoning is not None and type(reasoning) is not str:
+        kept["reasoning"] = reasoning
+        if "reasoning_content" in obj:
+            kept["reasoning_content"] = obj["reasoning_content"]
+    content = obj.get("reasoning_content")
+    if content is not None and type(content) is not str:
+        kept["reasoning_content"] = content
+    details = obj.get("reasoning_details")
+    if details is not None and type(details) is not list:
+        kept["reasoning_details"] = details
+    return kept
 
 
 def splice(obj: dict[str, Any], old: Collection[str], new: Mapping[str, Any]) -> None:
