@@ -410,3 +410,15 @@ def test_a_reasoning_field_of_a_type_not_read_keeps_its_value_beside_reasoning_t
         body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", **message}}]}).encode()
         out = json.loads(rewrite_json(body))["choices"][0]["message"]
         assert out == {"role": "assistant", **expected}
+
+
+@pytest.mark.parametrize("delta", [{"reasoning_content": ""}, {"reasoning_content": None}, {"reasoning_details": None}])
+def test_a_chunk_of_empty_reasoning_fields_keeps_its_place_and_lines(delta: dict[str, Any]) -> None:
+    # the empty field goes; the chunk, its comment and its id line stay (only exclude drops a chunk it empties)
+    event = b": keep-alive\nid: 7\n" + data({"id": "c", "choices": [{"index": 0, "delta": delta}]})
+    emptied = b": keep-alive\nid: 7\n" + data({"id": "c", "choices": [{"index": 0, "delta": {}}]})
+    assert rewrite(event) == emptied
+    # while reasoning is open it goes as well, and does not end the reasoning: the end comes after it
+    reasoning = data({"id": "c", "choices": [{"index": 0, "delta": {"reasoning_content": "r"}}]})
+    out = rewrite(reasoning + event)
+    assert out.index(emptied) < out.index(b'"format":"unknown"')

@@ -202,6 +202,13 @@ def _carries_reasoning(delta: dict[str, Any]) -> bool:
     return (type(reasoning) is str and reasoning != "") or (type(details) is list and len(details) > 0)
 
 
+def _holds_nothing(delta: dict[str, Any]) -> bool:
+    """Whether ``delta`` holds nothing but reasoning fields of no value (``{"reasoning_content": ""}``, a null):
+    its chunk goes with an empty delta, never dropped (only ``exclude`` drops a chunk it empties), so that the
+    event keeps its place and its ``id`` line, as one with ``"reasoning": ""`` does."""
+    return all(key in REASONING_FIELDS and not value for key, value in delta.items())
+
+
 def _ends_hold(delta: dict[str, Any]) -> bool:
     """Whether ``delta`` ends what a think splitter holds back (``_ends``)."""
     return any(_ends(key, value) for key, value in delta.items())
@@ -545,9 +552,7 @@ class ChunkNormalizer:
             if "reasoning" in delta or "reasoning_details" in delta:
                 return _SLOW
             if plain is None or plain == "":  # nothing visible (DeepSeek's content chunks): the key goes
-                rest = {k: v for k, v in delta.items() if k != "reasoning_content"}
-                if not rest:
-                    return _SLOW  # an empty chunk: the general path decides whether it is dropped
+                rest = {k: v for k, v in delta.items() if k != "reasoning_content"}  # (``{}``: ``_holds_nothing``)
                 if self.open_reasoning:  # it may end the reasoning: a new entry, so that data is not changed
                     return self._fast_after(data, {**choice, "delta": rest})
                 choice["delta"] = rest
@@ -838,7 +843,8 @@ class ChunkNormalizer:
         entries = _delta_entries(choice, deltas)
         if state.call_index >= 0 and finishing and choice.get("finish_reason") == "stop":
             entries[-1]["finish_reason"] = "tool_calls"
-        entries = [e for e in entries if e["delta"] or e.get("finish_reason") is not None or _carries_more(e)]
+        if self.exclude or piece_deltas or not _holds_nothing(delta):
+            entries = [e for e in entries if e["delta"] or e.get("finish_reason") is not None or _carries_more(e)]
         if self.exclude:
             entries = [kept for e in entries if (kept := _unless_emptied(e)) is not None]
             if not entries:
