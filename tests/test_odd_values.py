@@ -422,3 +422,26 @@ def test_a_chunk_of_empty_reasoning_fields_keeps_its_place_and_lines(delta: dict
     reasoning = data({"id": "c", "choices": [{"index": 0, "delta": {"reasoning_content": "r"}}]})
     out = rewrite(reasoning + event)
     assert out.index(emptied) < out.index(b'"format":"unknown"')
+
+
+def test_details_of_a_type_not_read_do_not_count_as_detail_entries_at_the_end_of_the_reasoning() -> None:
+    # two text deltas whose reasoning_details are not lists: the end of the reasoning empties reasoning, and leaves
+    # the details field as the client last had it (no delta carried entries)
+    body = (
+        data({"choices": [{"index": 0, "delta": {"reasoning": "a", "reasoning_details": {"k": 1}}}]})
+        + data({"choices": [{"index": 0, "delta": {"reasoning": "b", "reasoning_details": {"k": 2}}}]})
+        + data({"choices": [{"index": 0, "delta": {"content": "A"}}]})
+    )
+    assert rewrite(body).split(b"\n\n")[2:4] == [
+        data({"choices": [{"index": 0, "delta": {"reasoning": None}, "finish_reason": None}]})[:-2],
+        b'data: {"choices":[{"index":0,"delta":{"content":"A"}}]}',
+    ]
+    # one delta of entries (an encrypted detail) after a text whose details are a string: nothing is added
+    body = (
+        data({"choices": [{"index": 0, "delta": {"reasoning": "a", "reasoning_details": "D"}}]})
+        + data(
+            {"choices": [{"index": 0, "delta": {"reasoning_details": [{"type": "reasoning.encrypted", "data": "E"}]}}]}
+        )
+        + data({"choices": [{"index": 0, "delta": {"content": "hi"}}]})
+    )
+    assert rewrite(body).split(b"\n\n")[2:] == [b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}', b""]

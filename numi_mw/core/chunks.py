@@ -90,8 +90,9 @@ class _Choice:
     given: dict[int, Any] = field(default_factory=dict)  # the last indexes numi_mw gave -> whose (``_free_index``)
     moved: dict[Any, int] = field(default_factory=dict)  # an upstream tool call index -> the index it was given
     sent: int = 0  # deltas sent with reasoning (text or detail entries)
-    bare: int = 0  # of those, the ones without reasoning text (a signature, a format alone; ``_closing``): the
-    # fast paths, whose deltas all carry text, count ``sent`` alone
+    bare: int = 0  # of those, the ones without reasoning text (a signature, a format alone; ``_closing``)
+    unlisted: int = 0  # and the ones without detail entries (text beside details of a type not read, ``fields``)
+    # (the fast paths, whose deltas all carry text and entries, count ``sent`` alone)
     open: bool = False  # reasoning went out and nothing has shown the answer since (``_closing``)
     held: tuple[int, Any] | None = None  # the open text detail's position and its format, not sent yet
     opener: dict[str, Any] | None = None  # a block-opening placeholder's fields, for the next text detail
@@ -530,7 +531,7 @@ class ChunkNormalizer:
                 if state.rebuilder.open_text >= 0:  # the text extends the open detail (``_emit``, rule 1)
                     self.repeat = THINK_TEXT
                 fields = self._piece_fields(pieces[0], state)
-                self._sent(state, text=True)
+                self._sent(state, text=True, listed=True)
             if fields is not None:
                 choice["delta"] = {"role": delta["role"], **fields} if size == 2 else fields
                 return [data]
@@ -669,7 +670,7 @@ class ChunkNormalizer:
             return _SLOW
         rebuilder = state.rebuilder
         where = ("new", len(rebuilder.details))
-        self._sent(state, text=True)
+        self._sent(state, text=True, listed=True)
         if fragment.get("index") == where[1]:
             rebuilder.add(fragment, where)
             return UNCHANGED
@@ -699,7 +700,7 @@ class ChunkNormalizer:
         emitted: list[Any] = []
         self._emit(state, fragment, emitted)
         if len(emitted) == 1:  # it carries reasoning
-            self._sent(state, text=False)
+            self._sent(state, text=False, listed=True)
             if emitted[0] == fragment:
                 return UNCHANGED
             delta["reasoning_details"] = emitted
@@ -754,11 +755,14 @@ class ChunkNormalizer:
         it follows (``MAX_CHOICES``); any other leaves as it came."""
         return _is_delta_choice(choice) and self._choices.follows(choice.get("index", 0))
 
-    def _sent(self, state: _Choice, *, text: bool) -> None:
-        """A delta with reasoning goes out for ``state``'s choice (``text``: its ``reasoning`` is text)."""
+    def _sent(self, state: _Choice, *, text: bool, listed: bool) -> None:
+        """A delta with reasoning goes out for ``state``'s choice (``text``: its ``reasoning`` is text; ``listed``:
+        its ``reasoning_details`` holds entries)."""
         state.sent += 1
         if not text:
             state.bare += 1
+        if not listed:
+            state.unlisted += 1
         state.open = True
         self.open_reasoning = True
 
@@ -869,7 +873,12 @@ class ChunkNormalizer:
             delta = entry["delta"]
             if _carries_reasoning(delta):
                 reasoning = delta.get("reasoning")
-                self._sent(state, text=type(reasoning) is str and reasoning != "")
+                details = delta.get("reasoning_details")
+                self._sent(
+                    state,
+                    text=type(reasoning) is str and reasoning != "",
+                    listed=type(details) is list and len(details) > 0,
+                )
                 if entry.get("finish_reason") is not None:
                     finish = {key: value for key, value in entry.items() if key != "logprobs"}
                     finish["delta"] = {}
@@ -888,11 +897,11 @@ class ChunkNormalizer:
 
         - the held ``format`` of the open text detail (``_release``), in a delta of its own;
         - in one delta, ``"reasoning": null`` when more than one delta carried reasoning text (``state.sent`` but
-          ``state.bare``) and ``"reasoning_details": []`` when more than one carried detail entries
-          (``state.sent``, the released format counted), each unless ``entry``'s delta sets that field itself (as
-          OpenRouter's answer chunks do): a client that keeps only the last delta's value of a field it does not
-          know (openai-node's ``stream()`` helper) then keeps nothing rather than a fragment, and keeps whole a
-          text that came in one delta.
+          ``state.bare``) and ``"reasoning_details": []`` when more than one carried detail entries (``state.sent``
+          but ``state.unlisted``, the released format counted), each unless ``entry``'s delta sets that field
+          itself (as OpenRouter's answer chunks do): a client that keeps only the last delta's value of a field it
+          does not know (openai-node's ``stream()`` helper) then keeps nothing rather than a fragment, and keeps
+          whole a text that came in one delta.
         """
         state.open = False
         state.opener = None
@@ -909,7 +918,7 @@ class ChunkNormalizer:
         cleared: dict[str, Any] = {}
         if state.sent - state.bare > 1 and "reasoning" not in delta:
             cleared["reasoning"] = None
-        if state.sent > 1 and "reasoning_details" not in delta:
+        if state.sent - state.unlisted > 1 and "reasoning_details" not in delta:
             cleared["reasoning_details"] = []
         if cleared:
             out.append({"index": index, "delta": cleared, "finish_reason": None})
