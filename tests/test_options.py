@@ -331,3 +331,11 @@ def test_serve_refuses_a_key_it_cannot_send_in_one_line(tmp_path: Path) -> None:
         "numi-mw serve: the environment variable NUMI_TEST_UP_KEY (api_key_env of provider 'up') holds a character "
         "at position 4 that is not visible ASCII; an API key is visible ASCII (the key is not shown)\n",
     )
+
+
+def test_bounds_take_an_int_of_a_subclass_as_the_shells_do() -> None:
+    class Size(int):
+        pass
+
+    assert Bounds(max_event_bytes=Size(4096)).max_event_bytes == 4096
+    assert ReasoningMiddleware(lambda *_: None, max_event_bytes=Size(4096)).bounds.max_event_bytes == 4096

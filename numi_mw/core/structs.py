@@ -59,7 +59,7 @@ class Bounds(msgspec.Struct, frozen=True, gc=False):
         """Raises ``ValueError`` when either bound is not a positive ``int``."""
         for name in ("max_event_bytes", "max_response_bytes"):
             value = getattr(self, name)
-            if type(value) is not int or value <= 0:
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive whole number of bytes, not {value!r}")
 
 
