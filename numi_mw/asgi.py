@@ -17,6 +17,7 @@ from starlette.types import Receive, Send
 from numi_mw.core.catalog import Catalog, base_url_problem
 from numi_mw.core.errors import ApiError, header_fields_too_large, payload_too_large
 from numi_mw.core.providers import WIRE_API_NAMES
+from numi_mw.core.structs import check_limits
 from numi_mw.core.think import THINK_STARTS, ThinkTags
 
 Headers = list[tuple[bytes, bytes]]
@@ -193,18 +194,6 @@ def check_headers(headers: Headers, max_count: int, max_bytes: int) -> None:
         raise header_fields_too_large("count", max_count)
     if sum(len(name) + len(value) for name, value in headers) > max_bytes:
         raise header_fields_too_large("size", max_bytes)
-
-
-def check_limits(**limits: object) -> None:
-    """Check limits given by keyword (``max_header_count=256``): each must be a positive whole number.
-
-    Raises:
-        ValueError: a limit is not a positive ``int`` (``bool`` is refused), naming the keyword.
-    """
-    for name, value in limits.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            unit = "headers" if name.endswith("count") else "bytes"
-            raise ValueError(f"{name} must be a positive whole number of {unit}, not {value!r}")
 
 
 def check_options(

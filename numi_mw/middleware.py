@@ -18,7 +18,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from numi_mw.asgi import (
     OFF_LOOP_BYTES,
     adjustments_header,
-    check_limits,
     check_options,
     is_json,
     off_loop,
@@ -109,8 +108,7 @@ class ReasoningMiddleware:
             preserve_reasoning=preserve_reasoning,
             wire_api=wire_api,
         )
-        check_limits(max_event_bytes=max_event_bytes, max_response_bytes=max_response_bytes)
-        self.bounds = Bounds(max_event_bytes, max_response_bytes)
+        self.bounds = Bounds(max_event_bytes, max_response_bytes)  # checks both (``check_limits``)
         self.replay = replay_store_option(replay_store)
         self.app = app
         self.rules = provider if isinstance(provider, ProviderRules) else provider_rules(provider)

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import anyio.to_thread
 
-from numi_mw.asgi import check_limits
+from numi_mw.core.structs import check_limits
 
 log = logging.getLogger("numi_mw.replay")
 

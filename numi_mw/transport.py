@@ -21,7 +21,6 @@ import httpx
 from numi_mw.asgi import (
     Headers,
     adjustments_header,
-    check_limits,
     check_options,
     is_json,
     off_loop,
@@ -156,8 +155,7 @@ class _Normalizer:
             wire_api=wire_api,
             catalog=catalog,
         )
-        check_limits(max_event_bytes=max_event_bytes, max_response_bytes=max_response_bytes)
-        self.bounds = Bounds(max_event_bytes, max_response_bytes)
+        self.bounds = Bounds(max_event_bytes, max_response_bytes)  # checks both (``check_limits``)
         if catalog is not None and provider is not None:
             raise ValueError("give either a provider or a catalog")
         self.target: Route | Catalog | None = catalog

@@ -29,7 +29,21 @@ __all__ = [
     "ChunkProbe",
     "ResponseOptions",
     "SSEEvent",
+    "check_limits",
 ]
+
+
+def check_limits(**limits: object) -> None:
+    """Check limits given by keyword (``max_header_count=256``): each must be a positive whole number.
+
+    Raises:
+        ValueError: a limit is not a positive ``int`` (``bool`` is refused), naming the keyword.
+    """
+    for name, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            unit = "headers" if name.endswith("count") else "bytes"
+            raise ValueError(f"{name} must be a positive whole number of {unit}, not {value!r}")
+
 
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 """The most bytes of one upstream SSE event a stream rewriter holds (``--max-event-bytes``, ``max_event_bytes``):
@@ -56,11 +70,8 @@ class Bounds(msgspec.Struct, frozen=True, gc=False):
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
 
     def __post_init__(self) -> None:
-        """Raises ``ValueError`` when either bound is not a positive ``int``."""
-        for name in ("max_event_bytes", "max_response_bytes"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive whole number of bytes, not {value!r}")
+        """Raises ``ValueError`` when either bound is not a positive ``int`` (``check_limits``)."""
+        check_limits(max_event_bytes=self.max_event_bytes, max_response_bytes=self.max_response_bytes)
 
 
 DEFAULT_BOUNDS = Bounds()

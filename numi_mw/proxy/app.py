@@ -41,7 +41,6 @@ from numi_mw.asgi import (
     Headers,
     adjustments_header,
     check_headers,
-    check_limits,
     check_options,
     check_upstream,
     forwarded_headers,
@@ -63,6 +62,7 @@ from numi_mw.core.response import (
     StreamRewriter,
 )
 from numi_mw.core.routing import Route, fixed_route
+from numi_mw.core.structs import check_limits
 from numi_mw.core.think import ThinkStart, ThinkTags
 from numi_mw.proxy.ops import Operations, check_ops_prefix
 from numi_mw.replay_store import (
