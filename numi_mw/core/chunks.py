@@ -196,13 +196,6 @@ def _holds_reasoning(delta: dict[str, Any]) -> bool:
     return False
 
 
-def _carries_reasoning(delta: dict[str, Any]) -> bool:
-    """Whether a normalized ``delta`` carries reasoning: a nonempty ``reasoning`` or detail entries."""
-    reasoning = delta.get("reasoning")
-    details = delta.get("reasoning_details")
-    return (type(reasoning) is str and reasoning != "") or (type(details) is list and len(details) > 0)
-
-
 def _holds_nothing(delta: dict[str, Any]) -> bool:
     """Whether ``delta`` holds nothing but reasoning fields of no value (``{"reasoning_content": ""}``, a null):
     its chunk goes with an empty delta, never dropped (only ``exclude`` drops a chunk it empties), so that the
@@ -871,14 +864,12 @@ class ChunkNormalizer:
         out: list[dict[str, Any]] = []
         for entry in entries:
             delta = entry["delta"]
-            if _carries_reasoning(delta):
-                reasoning = delta.get("reasoning")
-                details = delta.get("reasoning_details")
-                self._sent(
-                    state,
-                    text=type(reasoning) is str and reasoning != "",
-                    listed=type(details) is list and len(details) > 0,
-                )
+            reasoning = delta.get("reasoning")
+            details = delta.get("reasoning_details")
+            text = type(reasoning) is str and reasoning != ""
+            listed = type(details) is list and len(details) > 0
+            if text or listed:  # it carries reasoning: a nonempty ``reasoning`` or detail entries
+                self._sent(state, text=text, listed=listed)
                 if entry.get("finish_reason") is not None:
                     finish = {key: value for key, value in entry.items() if key != "logprobs"}
                     finish["delta"] = {}
