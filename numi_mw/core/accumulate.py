@@ -24,7 +24,7 @@ from numi_mw.core.codec import UNDECODABLE, decode_lenient
 from numi_mw.core.completion import normalize_completion
 from numi_mw.core.details import DetailsRebuilder, fragments_from_body, rebuild_reasoning_details, visible_text
 from numi_mw.core.errors import ApiError, event_too_large, invalid_request, response_too_large, upstream_unavailable
-from numi_mw.core.fields import plain_reasoning
+from numi_mw.core.fields import shown_reasoning
 from numi_mw.core.providers import WIRE_API_NAMES, WireApi
 from numi_mw.core.response import DEFAULT_BOUNDS, Bounds
 from numi_mw.core.sse import EventTooLarge, SSEDecoder, SSEEvent
@@ -81,8 +81,7 @@ class AccumulatedChoice:
         ``reasoning`` (or ``reasoning_content``), or the visible text of its details when it has neither; ``""``
         when there is none."""
         if self._message is not None:
-            details = self._message.get("reasoning_details")
-            return plain_reasoning(self._message) or (visible_text(details) if isinstance(details, list) else "")
+            return shown_reasoning(self._message)
         return _joined(self._reasoning) or ""
 
     @property

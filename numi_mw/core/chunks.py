@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from numi_mw.core.details import FILLED_KEYS, DetailsRebuilder, visible_text
-from numi_mw.core.fields import REASONING_FIELDS, plain_reasoning, splice, unread_fields
+from numi_mw.core.fields import REASONING_FIELDS, plain_reasoning, shown_reasoning, splice, unread_fields
 from numi_mw.core.splitter import Piece, ThinkSplitter
 from numi_mw.core.think import ThinkTags
 
@@ -206,12 +206,6 @@ def _holds_nothing(delta: dict[str, Any]) -> bool:
 def _ends_hold(delta: dict[str, Any]) -> bool:
     """Whether ``delta`` ends what a think splitter holds back (``_ends``)."""
     return any(_ends(key, value) for key, value in delta.items())
-
-
-def _details_text(delta: dict[str, Any]) -> str:
-    """The visible text of a delta's ``reasoning_details`` (``""`` when it has none)."""
-    details = delta.get("reasoning_details")
-    return visible_text(details) if isinstance(details, list) else ""
 
 
 MAX_CHOICES: Final = 128
@@ -795,7 +789,7 @@ class ChunkNormalizer:
             calls = delta.get("tool_calls")
             if type(calls) is list and calls:
                 delta = _own_calls(delta, calls, state)
-            own = plain_reasoning(delta) or _details_text(delta)
+            own = shown_reasoning(delta)
             if own:
                 splitter.reasoning_in_fields()  # a closing tag in the content after it ends this reasoning
                 if not self.exclude:

@@ -24,7 +24,7 @@ from typing import Any
 
 from numi_mw.core.chunks import tool_call_id
 from numi_mw.core.details import visible_text
-from numi_mw.core.fields import REASONING_FIELDS, drop, plain_reasoning, splice, unread_fields
+from numi_mw.core.fields import REASONING_FIELDS, drop, plain_reasoning, shown_reasoning, splice, unread_fields
 from numi_mw.core.think import ThinkTags
 
 
@@ -73,9 +73,7 @@ def _split_content(
     content = message.get("content")
     if not isinstance(content, str) or not content:
         return None
-    details = message.get("reasoning_details")
-    own = plain_reasoning(message) or (visible_text(details) if isinstance(details, list) else "")
-    split = think.split_message(content, fields=own)
+    split = think.split_message(content, fields=shown_reasoning(message))
     if split.content == content and not split.reasoning and not split.tool_calls:
         return None
     message["content"] = split.content if split.content or not split.tool_calls else None

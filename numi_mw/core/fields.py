@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final
 
+from numi_mw.core.details import visible_text
+
 PLAIN_FIELDS: Final = ("reasoning", "reasoning_content")
 REASONING_FIELDS: Final = (*PLAIN_FIELDS, "reasoning_details")
 SHORTHANDS: Final = ("reasoning_effort", "include_reasoning")
@@ -38,6 +40,19 @@ def plain_reasoning(obj: Mapping[str, Any]) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
+
+
+def shown_reasoning(obj: Mapping[str, Any]) -> str:
+    """The reasoning text a message or delta holds as a client reads it: its plain reasoning (``plain_reasoning``),
+    else the visible text of its ``reasoning_details`` list (``details.visible_text``: Anthropic-style details
+    alone), else ``""``: the reasoning ``Accumulator`` shows for a buffered answer (spec 004 "Streaming": "For
+    display, concatenate delta.reasoning"), and the text a think splitter tells an echo of in the content from new
+    text."""
+    text = plain_reasoning(obj)
+    if text is not None:
+        return text
+    details = obj.get("reasoning_details")
+    return visible_text(details) if isinstance(details, list) else ""
 
 
 def unread_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
