@@ -239,6 +239,97 @@ def test_a_tool_call_whose_arguments_are_not_an_object_is_a_400_that_names_it() 
     )
 
 
+@pytest.mark.parametrize("depth", [5, 900])
+def test_tool_call_arguments_nested_deep_but_decodable_go_as_their_object(depth: int) -> None:
+    arguments = '{"a":' * depth + "1" + "}" * depth
+    body, _ = native(
+        {
+            "model": "m",
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{**CALL, "function": {"name": "f", "arguments": arguments}}],
+                }
+            ],
+        }
+    )
+    assert json.dumps(body["messages"][0]["content"][0]["input"], separators=(",", ":")) == arguments
+
+
+def test_tool_call_arguments_nested_past_the_recursion_limit_are_a_400_that_names_them() -> None:
+    # msgspec's decode raises RecursionError past the interpreter's limit: the request is refused, not a 500
+    arguments = '{"a":' * 5000 + "1" + "}" * 5000
+    with pytest.raises(ApiError) as info:
+        native(
+            {
+                "model": "m",
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{**CALL, "function": {"name": "f", "arguments": arguments}}],
+                    }
+                ],
+            }
+        )
+    assert (info.value.status, info.value.code, info.value.param, info.value.message) == (
+        400,
+        "invalid_request",
+        "messages[0].tool_calls[0].function.arguments",
+        "messages[0].tool_calls[0].function.arguments is nested too deeply to decode.",
+    )
+
+
+@pytest.mark.parametrize("tier", [{"type": "auto"}, ["auto"], 5, "flex"])
+def test_a_service_tier_anthropic_does_not_define_is_dropped_and_reported(tier: Any) -> None:
+    body, adjustments = native({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "service_tier": tier})
+    assert "service_tier" not in body
+    assert adjustments == ["parameters-dropped=service_tier"]
+
+
+def test_anthropics_own_service_tier_passes() -> None:
+    body, adjustments = native({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "service_tier": "auto"})
+    assert (body["service_tier"], adjustments) == ("auto", [])
+
+
+@pytest.mark.parametrize("content", [5, {"a": 1}, True])
+def test_a_tool_message_whose_content_is_of_the_wrong_type_is_a_400_that_names_it(content: Any) -> None:
+    with pytest.raises(ApiError) as info:
+        native(
+            {
+                "model": "m",
+                "messages": [
+                    {"role": "user", "content": "Q"},
+                    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                    {"role": "tool", "tool_call_id": "toolu_01", "content": content},
+                ],
+            }
+        )
+    assert (info.value.status, info.value.code, info.value.param) == (400, "invalid_request", "messages[2].content")
+
+
+def test_a_tool_messages_text_and_parts_become_its_result() -> None:
+    body, _ = native(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "Q"},
+                {"role": "assistant", "content": None, "tool_calls": [CALL, {**CALL, "id": "toolu_02"}]},
+                {"role": "tool", "tool_call_id": "toolu_01", "content": "21 C"},
+                {"role": "tool", "tool_call_id": "toolu_02", "content": [{"type": "text", "text": "22 C"}]},
+            ],
+        }
+    )
+    assert body["messages"][2] == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_01", "content": "21 C"},
+            {"type": "tool_result", "tool_use_id": "toolu_02", "content": [{"type": "text", "text": "22 C"}]},
+        ],
+    }
+
+
 # --- reasoning replay -------------------------------------------------------------------------------------------
 
 
@@ -686,6 +777,36 @@ def test_a_text_block_before_the_thinking_block_and_a_whole_redacted_block() -> 
     assert (view.reasoning, view.content, view.finish_reason) == ("Plan.", "Hm. ", "stop")
 
 
+def test_null_counts_in_message_delta_keep_message_starts() -> None:
+    # Anthropic's MessageDeltaUsage may hold null input and cache counts; its SDK's accumulator keeps the earlier
+    # count then, so prompt_tokens is input + cache reads + cache writes from message_start
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "model": "claude",
+            "usage": {"input_tokens": 100, "cache_read_input_tokens": 50, "cache_creation_input_tokens": 10},
+        },
+    }
+    delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn"},
+        "usage": {
+            "output_tokens": 20,
+            "input_tokens": None,
+            "cache_read_input_tokens": None,
+            "cache_creation_input_tokens": None,
+        },
+    }
+    last = chunks_of([start, delta, {"type": "message_stop"}], include_usage=True)[-1]
+    assert last["usage"] == {
+        "prompt_tokens": 160,
+        "completion_tokens": 20,
+        "total_tokens": 180,
+        "prompt_tokens_details": {"cached_tokens": 50, "cache_write_tokens": 10},
+    }
+
+
 def test_usage_comes_in_its_own_chunk_only_when_asked_for() -> None:
     events = [START, *END]
     assert [c["choices"] for c in chunks_of(events)][-1] == [{"index": 0, "delta": {}, "finish_reason": "stop"}]
@@ -735,6 +856,26 @@ def test_an_anthropic_error_body_becomes_the_openai_style_error_body() -> None:
 def test_an_explicit_budget_gets_the_default_output_room_above_it() -> None:
     body, _ = native({"model": "m", "reasoning": {"max_tokens": 5000}, "messages": [{"role": "user", "content": "Q"}]})
     assert (body["max_tokens"], body["thinking"]) == (9096, {"type": "enabled", "budget_tokens": 5000})
+
+
+@pytest.mark.parametrize(
+    "controls",
+    [{}, {"reasoning_effort": "low"}, {"reasoning": {"max_tokens": 2000}}, {"reasoning": {"effort": "none"}}],
+)
+def test_anthropics_own_thinking_budget_gets_the_default_output_room_above_it(controls: dict[str, Any]) -> None:
+    # the native thinking object goes as it is whatever the controls say, so the default max_tokens is above its
+    # budget (Anthropic refuses budget_tokens >= max_tokens)
+    thinking = {"type": "enabled", "budget_tokens": 8000}
+    body, _ = native({"model": "m", "thinking": thinking, "messages": [{"role": "user", "content": "Q"}], **controls})
+    assert (body["max_tokens"], body["thinking"]) == (12096, thinking)
+
+
+def test_anthropics_own_thinking_beside_an_explicit_max_tokens_keeps_it() -> None:
+    thinking = {"type": "enabled", "budget_tokens": 8000}
+    body, _ = native(
+        {"model": "m", "thinking": thinking, "max_tokens": 9000, "messages": [{"role": "user", "content": "Q"}]}
+    )
+    assert (body["max_tokens"], body["thinking"]) == (9000, thinking)
 
 
 def test_a_prefill_with_thinking_on_turns_thinking_off() -> None:

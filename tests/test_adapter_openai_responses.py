@@ -760,6 +760,25 @@ def test_a_failed_response_is_an_upstream_error() -> None:
     assert raised.value.message == "The upstream reported an error: server_error: The model failed."
 
 
+@pytest.mark.parametrize("status", ["queued", "in_progress", "cancelled"])
+def test_a_response_that_is_not_finished_is_an_upstream_error(status: str) -> None:
+    # a background request's answer (OpenAI API reference, "The response object"): no chat completion carries it
+    native = response([], status=status, background=True)
+    with pytest.raises(ApiError) as raised:
+        completion(native, ANSWER_FACTS)
+    assert (raised.value.code, raised.value.status) == ("upstream_unavailable", 502)
+    assert raised.value.message == (
+        f"The upstream's Responses answer is not finished (status {status!r}), and a chat completion cannot carry "
+        "one that is not: send the request without background."
+    )
+
+
+@pytest.mark.parametrize("status", [{"a": 1}, None, 5])
+def test_a_status_of_another_type_is_read_as_no_status(status: Any) -> None:
+    message = completion(response([], status=status), ANSWER_FACTS)["choices"][0]
+    assert message == {"index": 0, "message": {"role": "assistant", "content": None}, "finish_reason": "stop"}
+
+
 @pytest.mark.parametrize("native", [{"object": "chat.completion", "choices": []}, [], "text", None, {"output": {}}])
 def test_an_answer_that_is_not_a_response_is_an_upstream_error(native: Any) -> None:
     with pytest.raises(ApiError) as raised:

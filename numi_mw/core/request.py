@@ -235,7 +235,7 @@ def prepare_request(
     if adapter is not None:
         check_output_limits(data)
         if adapter.default_max_tokens is not None and output_limit(data) is None:
-            data["max_tokens"] = default_max_tokens(adapter.default_max_tokens, controls)
+            data["max_tokens"] = default_max_tokens(adapter.default_max_tokens, controls, data.get("thinking"))
     count = restore(data.get("messages"), restored) if restored else 0
     if count:
         changed = True
@@ -319,12 +319,18 @@ DEFAULT_MAX_TOKENS_CAP = 32_000
 Anthropic's thinking models (Claude Opus 4 and 4.1, in Anthropic's models overview)."""
 
 
-def default_max_tokens(answer: int, controls: ReasoningControls) -> int:
+def default_max_tokens(answer: int, controls: ReasoningControls, thinking: Any = None) -> int:
     """The ``max_tokens`` numi_mw sends to a wire API that requires one when the client sent none: ``answer``
-    tokens for the answer above the thinking budget the controls ask for (spec 004 "Output limits and billing":
-    keep the budget below ``max_tokens`` so the answer has room). An explicit ``reasoning.max_tokens`` is added
-    whole (it is preserved for upstream validation); a budget generated from an effort is added up to a total of
-    ``DEFAULT_MAX_TOKENS_CAP``, where the generated budget is then capped one below it."""
+    tokens for the answer above the thinking budget the request asks for (spec 004 "Output limits and billing":
+    keep the budget below ``max_tokens`` so the answer has room). The request's own Anthropic ``thinking`` object
+    (``{"type": "enabled", "budget_tokens": N}``), which goes upstream as it is whatever the controls say, has its
+    budget added whole, as has an explicit ``reasoning.max_tokens`` (both are preserved for upstream validation);
+    a budget generated from an effort is added up to a total of ``DEFAULT_MAX_TOKENS_CAP``, where the generated
+    budget is then capped one below it."""
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        own = thinking.get("budget_tokens")
+        if isinstance(own, int) and not isinstance(own, bool) and own > 0:
+            return answer + own
     budget = wanted_budget(controls)
     if controls.max_tokens is not None:
         return answer + budget

@@ -200,7 +200,7 @@ def _metadata(body: dict[str, Any], data: dict[str, Any], adjustments: list[str]
         body["metadata"] = metadata
     dropped = [key for key in ("metadata",) if metadata is not None and not ours]
     tier = data.get("service_tier")
-    if tier in SERVICE_TIERS:
+    if isinstance(tier, str) and tier in SERVICE_TIERS:  # (a tier that is an object is no key of a set)
         body["service_tier"] = tier
     elif tier is not None:
         dropped.append("service_tier")
@@ -314,6 +314,10 @@ def _tool_use(call: Any, path: str) -> dict[str, Any]:
             tool_input = _decode(arguments) if isinstance(arguments, str) else arguments
         except msgspec.DecodeError:
             tool_input = None
+        except RecursionError:  # msgspec's decode past the interpreter's recursion limit
+            raise invalid_request(
+                f"{path}.function.arguments is nested too deeply to decode.", f"{path}.function.arguments"
+            ) from None
         if not isinstance(tool_input, dict):
             raise invalid_request(
                 f"{path}.function.arguments is not a JSON object; Anthropic takes a tool's input as an object.",
@@ -339,10 +343,10 @@ def _messages(raw: Any, counts: dict[str, int]) -> tuple[list[dict[str, Any]], l
         if role == "tool":
             result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.get("tool_call_id")}
             content = message.get("content")
-            if isinstance(content, list):
-                result["content"] = _text(content, f"{path}.content")
-            elif content is not None:
+            if isinstance(content, str):
                 result["content"] = content
+            elif content is not None:  # parts, or content of the wrong type refused as a user message's is
+                result["content"] = _text(content, f"{path}.content")
             _append(out, "user", [result])
             continue
         if role == "assistant":
@@ -657,6 +661,12 @@ class StreamTranslator(ChunkStream):
         self._details = 0
         self._calls = 0
 
+    def _count(self, native: dict[str, Any]) -> None:
+        """Take an event's ``usage`` counts over those before, but for a ``null`` one, which keeps the count before
+        it: ``message_delta``'s usage may hold ``null`` input and cache counts (Anthropic's Python SDK,
+        ``MessageDeltaUsage``, and its stream accumulator, which overwrites a count only when it is not ``null``)."""
+        self._usage.update({key: value for key, value in native.items() if value is not None})
+
     def event(self, data: Any) -> list[dict[str, Any]]:
         """The chat chunks for one event (``message_start``, ``content_block_*``, ``message_delta``,
         ``message_stop``, ``ping``, ``error``; unknown events make none).
@@ -680,14 +690,14 @@ class StreamTranslator(ChunkStream):
             self._id = message.get("id")
             self._model = message.get("model") or self.answer.model
             if isinstance(message.get("usage"), dict):
-                self._usage.update(message["usage"])
+                self._count(message["usage"])
             return [self._chunk({"role": "assistant", "content": ""})]
         if kind == "message_delta":
             delta = data.get("delta")
             if isinstance(delta, dict) and delta.get("stop_reason") is not None:
                 self._finish = _finish_reason(delta["stop_reason"])
             if isinstance(data.get("usage"), dict):
-                self._usage.update(data["usage"])  # cumulative: it overrides message_start's counts
+                self._count(data["usage"])  # cumulative: it overrides message_start's counts
             return []
         if kind == "message_stop":
             self.done = True

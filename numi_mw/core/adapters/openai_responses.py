@@ -711,6 +711,11 @@ def _call(item: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+UNFINISHED = frozenset(("queued", "in_progress", "cancelled"))
+"""Statuses of a Responses ``Response`` that is not an answer (OpenAI API reference, "The response object":
+``background`` requests answer at once with ``queued``; ``cancelled`` ends one): no chat completion carries them."""
+
+
 def completion(native: Any, answer: Answer) -> dict[str, Any]:
     """An OpenAI Responses ``Response`` as a chat completion (spec 004 "Response fields").
 
@@ -721,11 +726,17 @@ def completion(native: Any, answer: Answer) -> dict[str, Any]:
     clock (``answer.created``), as in a translated stream.
 
     Raises:
-        ApiError: 502 ``upstream_unavailable`` for a ``failed`` response (its error's code and message kept) and
-            for a body that is not a Response.
+        ApiError: 502 ``upstream_unavailable`` for a ``failed`` response (its error's code and message kept), for
+            one that is not finished (``UNFINISHED``: a ``background`` request's answer) and for a body that is not
+            a Response.
     """
     if isinstance(native, dict) and native.get("status") == "failed":
         raise _failure(native.get("error"))
+    if isinstance(native, dict) and isinstance(native.get("status"), str) and native["status"] in UNFINISHED:
+        raise upstream_unavailable(
+            f"The upstream's Responses answer is not finished (status {native['status']!r}), and a chat completion "
+            "cannot carry one that is not: send the request without background."
+        )
     if not isinstance(native, dict) or not isinstance(native.get("output"), list):
         raise upstream_unavailable(
             "The upstream's answer is not an OpenAI Responses response; numi_mw cannot translate it."
