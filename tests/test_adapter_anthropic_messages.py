@@ -288,6 +288,36 @@ def test_a_service_tier_anthropic_does_not_define_is_dropped_and_reported(tier: 
     assert adjustments == ["parameters-dropped=service_tier"]
 
 
+@pytest.mark.parametrize("own", ["x", [1], 5])
+@pytest.mark.parametrize(
+    ("chat", "adaptive"),
+    [
+        ({"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}}, False),
+        ({"reasoning_effort": "high"}, True),
+    ],
+)
+def test_an_output_config_the_translation_adds_to_that_is_no_object_is_a_400_that_names_it(
+    own: Any, chat: dict[str, Any], adaptive: bool
+) -> None:
+    route = type(ROUTE)(ROUTE.rules, ROUTE.wire_api, adaptive=adaptive)
+    raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "output_config": own, **chat})
+    with pytest.raises(ApiError) as info:
+        prepare_request(raw.encode(), route)
+    assert (info.value.status, info.value.code, info.value.param) == (400, "invalid_request", "output_config")
+
+
+def test_an_output_config_of_anthropics_keeps_its_fields_beside_the_format() -> None:
+    body, _ = native(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "Hi"}],
+            "output_config": {"effort": "low"},
+            "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}},
+        }
+    )
+    assert body["output_config"] == {"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}}
+
+
 def test_anthropics_own_service_tier_passes() -> None:
     body, adjustments = native({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "service_tier": "auto"})
     assert (body["service_tier"], adjustments) == ("auto", [])

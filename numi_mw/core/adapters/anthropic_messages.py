@@ -162,7 +162,7 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
         if value is not None and (key in PASSED or (key in WRITTEN and key not in written)):
             body[key] = value
     if output_format is not None:
-        body["output_config"] = {**(body.get("output_config") or {}), "format": output_format}
+        _set_output_config(body, "format", output_format)
     if facts.adaptive:
         _adaptive(body, controls)
     _thinking_rules(body, adjustments)
@@ -454,7 +454,20 @@ def _adaptive(body: dict[str, Any], controls: ReasoningControls) -> None:
     if effort not in _ADAPTIVE_EFFORTS:
         effort = {"minimal": "low", "xhigh": "max"}.get(effort, "medium")
     body["thinking"] = {"type": "adaptive"}
-    body["output_config"] = {**(body.get("output_config") or {}), "effort": effort}
+    _set_output_config(body, "effort", effort)
+
+
+def _set_output_config(body: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``output_config[key]`` beside what the client's own ``output_config`` holds.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` naming ``output_config`` when the client's is neither an object nor
+            ``null``: Anthropic takes an object there, and the translation cannot add to anything else.
+    """
+    own = body.get("output_config")
+    if own is not None and not isinstance(own, dict):
+        raise invalid_request("output_config must be an object (Anthropic Messages API).", "output_config")
+    body["output_config"] = {**(own or {}), key: value}
 
 
 def _thinking_rules(body: dict[str, Any], adjustments: list[str]) -> None:
