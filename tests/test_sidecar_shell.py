@@ -43,6 +43,32 @@ def test_the_sidecar_app_answers_on_asyncio_and_on_trio(backend: str) -> None:
     assert seen == [b'{"model":"m","reasoning":{"effort":"high"},"messages":[{"role":"user","content":"hi"}]}']
 
 
+def test_a_request_numi_mw_fails_on_gets_the_openai_style_500() -> None:
+    # an exception numi_mw does not expect (here from a transport that breaks its contract) is answered with the
+    # error body every client reads, not Starlette's plain text, and raised again for the server to log
+    def upstream(request: httpx.Request) -> httpx.Response:
+        raise RuntimeError("a fault of the transport")
+
+    app = create_app("http://127.0.0.1:9/v1", provider="openrouter", transport=httpx.MockTransport(upstream))
+
+    async def main() -> httpx.Response:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as client:
+                return await client.post("/v1/chat/completions", content=b'{"model":"m","messages":[]}')
+
+    response = anyio.run(main)
+    assert (response.status_code, response.headers["content-type"]) == (500, "application/json")
+    assert response.json() == {
+        "error": {
+            "message": "numi_mw failed on this request; the server's log has the details.",
+            "type": "api_error",
+            "code": "internal_error",
+            "param": None,
+        }
+    }
+
+
 def test_only_short_paths_and_queries_have_their_upstream_url_kept() -> None:
     base = "http://127.0.0.1:9/v1"
     _kept_url.cache_clear()

@@ -24,6 +24,7 @@ ERROR_CODES: Final[dict[str, tuple[int, ErrorType]]] = {
     "method_not_allowed": (405, "invalid_request_error"),
     "payload_too_large": (413, "invalid_request_error"),
     "request_header_fields_too_large": (431, "invalid_request_error"),
+    "internal_error": (500, "api_error"),
     "upstream_unavailable": (502, "api_error"),
     "provider_unavailable": (503, "api_error"),
     "upstream_timeout": (504, "api_error"),
@@ -203,6 +204,12 @@ def response_too_large(limit: int) -> ApiError:
 def provider_unavailable(message: str) -> ApiError:
     """503 ``provider_unavailable``: no endpoint may serve the request (spec 004 "Routing requirements")."""
     return ApiError("provider_unavailable", message)
+
+
+def internal_error() -> ApiError:
+    """500 ``internal_error``: numi_mw itself failed on the request (a fault of numi_mw, whose traceback the
+    server logs); the sidecar answers it in place of a plain-text 500."""
+    return ApiError("internal_error", "numi_mw failed on this request; the server's log has the details.")
 
 
 def upstream_unavailable(message: str) -> ApiError:

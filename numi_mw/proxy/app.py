@@ -50,7 +50,7 @@ from numi_mw.asgi import (
 from numi_mw.core.adapters import WIRE_APIS, WireAdapter
 from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_listing
 from numi_mw.core.codec import encode
-from numi_mw.core.errors import ApiError, model_not_found
+from numi_mw.core.errors import ApiError, internal_error, model_not_found
 from numi_mw.core.providers import WireApi, infer_provider, provider_rules
 from numi_mw.core.replay import NO_CONTEXT, StreamStates, answer_states, credential_scope, missing_in_body
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
@@ -579,6 +579,14 @@ def _json_response(data: Any) -> Response:
     return Response(encode(data), media_type="application/json")
 
 
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    """The answer to a request numi_mw failed on (an exception it did not expect): the OpenAI-style 500 body
+    (``errors.internal_error``) instead of Starlette's plain text, before a response started; Starlette's
+    ``ServerErrorMiddleware`` then raises the exception again, for the server to log."""
+    error = internal_error()
+    return Response(error.to_bytes(), error.status, media_type="application/json")
+
+
 def create_app(
     upstream: str | None = None,
     *,
@@ -727,6 +735,7 @@ def create_app(
     )
     app = Starlette(
         middleware=[Middleware(Operations, sidecar=sidecar, prefix=ops_prefix, metrics=metrics)],
+        exception_handlers={Exception: _internal_error},
         lifespan=sidecar.lifespan,
     )
     # no routes: every method and every path (a route pattern refuses a path holding %0a) reaches the sidecar
