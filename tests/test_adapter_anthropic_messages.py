@@ -318,6 +318,20 @@ def test_an_output_config_of_anthropics_keeps_its_fields_beside_the_format() -> 
     assert body["output_config"] == {"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}}
 
 
+@pytest.mark.parametrize(
+    ("fields", "metadata", "adjustments"),
+    [
+        ({"user": "u1", "metadata": {"user_id": "u2"}}, {"user_id": "u1"}, ["parameters-dropped=metadata"]),
+        ({"user": "u1", "metadata": {"user_id": "u1"}}, {"user_id": "u1"}, []),
+        ({"metadata": {"user_id": "u2"}}, {"user_id": "u2"}, []),
+        ({"user": "u1", "metadata": {"tag": "x"}}, {"user_id": "u1"}, ["parameters-dropped=metadata"]),
+    ],
+)
+def test_user_and_anthropics_own_metadata(fields: dict[str, Any], metadata: Any, adjustments: list[str]) -> None:
+    body, made = native({"model": "m", "messages": [{"role": "user", "content": "Hi"}], **fields})
+    assert (body["metadata"], made) == (metadata, adjustments)
+
+
 def test_anthropics_own_service_tier_passes() -> None:
     body, adjustments = native({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "service_tier": "auto"})
     assert (body["service_tier"], adjustments) == ("auto", [])

@@ -189,8 +189,8 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
 
 def _metadata(body: dict[str, Any], data: dict[str, Any], adjustments: list[str]) -> None:
     """``user`` → ``metadata.user_id``; a ``metadata`` object that holds only ``user_id`` is Anthropic's own and
-    passes; chat's ``metadata`` (OpenAI's stored-completion tags) has no counterpart and is reported, as is an
-    OpenAI ``service_tier``."""
+    passes, unless ``user`` wrote another (the chat form wins, reported); chat's ``metadata`` (OpenAI's
+    stored-completion tags) has no counterpart and is reported, as is an OpenAI ``service_tier``."""
     metadata = data.get("metadata")
     ours = isinstance(metadata, dict) and set(metadata) == {"user_id"}
     user = data.get("user")
@@ -198,7 +198,8 @@ def _metadata(body: dict[str, Any], data: dict[str, Any], adjustments: list[str]
         body["metadata"] = {"user_id": user}
     elif ours:
         body["metadata"] = metadata
-    dropped = [key for key in ("metadata",) if metadata is not None and not ours]
+    # chat's metadata, or Anthropic's own whose user_id the chat user replaced, goes reported
+    dropped = ["metadata"] if metadata is not None and body.get("metadata") != metadata else []
     tier = data.get("service_tier")
     if isinstance(tier, str) and tier in SERVICE_TIERS:  # (a tier that is an object is no key of a set)
         body["service_tier"] = tier
