@@ -884,6 +884,17 @@ def test_an_error_event_and_a_stream_cut_before_message_stop_end_with_the_error_
     )
 
 
+def test_an_anthropic_error_body_sent_with_a_success_status_is_a_502_with_its_message() -> None:
+    native_error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    with pytest.raises(ApiError) as info:
+        anthropic_messages.completion(native_error, Answer("claude", False, 1))
+    assert (info.value.status, info.value.code, info.value.message) == (
+        502,
+        "upstream_unavailable",
+        "The upstream reported an error: overloaded_error: Overloaded",
+    )
+
+
 def test_an_anthropic_error_body_becomes_the_openai_style_error_body() -> None:
     rewriter = choose_rewriter(OPTIONS, 529, "application/json")
     assert rewriter is not None

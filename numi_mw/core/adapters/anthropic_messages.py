@@ -594,8 +594,11 @@ def completion(native: Any, answer: Answer) -> dict[str, Any]:
     """An Anthropic ``Message`` as a chat completion (spec 004 "Response fields").
 
     Raises:
-        ApiError: 502 ``upstream_unavailable`` when the body is not a Message.
+        ApiError: 502 ``upstream_unavailable`` when the body is not a Message; for an Anthropic error body (one sent
+            with a success status), with its type and message, as for an ``error`` event in a stream.
     """
+    if isinstance(native, dict) and native.get("type") == "error":
+        raise _upstream_error(native.get("error"))
     if not isinstance(native, dict) or not isinstance(native.get("content"), list):
         raise upstream_unavailable("The upstream's answer is not an Anthropic message; numi_mw cannot translate it.")
     texts: list[str] = []
@@ -720,7 +723,7 @@ class StreamTranslator(ChunkStream):
                 out.append({**out[0], "choices": [], "usage": usage(self._usage)})
             return out
         if kind == "error":
-            raise _stream_error(data.get("error"))
+            raise _upstream_error(data.get("error"))
         return []
 
     def _start(self, index: Any, block: Any) -> list[dict[str, Any]]:
@@ -813,10 +816,10 @@ class StreamTranslator(ChunkStream):
         return []
 
 
-def _stream_error(error: Any) -> ApiError:
+def _upstream_error(error: Any) -> ApiError:
     if isinstance(error, dict):
         return upstream_unavailable(f"The upstream reported an error: {error.get('type')}: {error.get('message')}")
-    return upstream_unavailable("The upstream reported an error in the stream.")
+    return upstream_unavailable("The upstream reported an error.")
 
 
 def error_body(native: Any) -> dict[str, Any] | None:
