@@ -332,6 +332,40 @@ def test_user_and_anthropics_own_metadata(fields: dict[str, Any], metadata: Any,
     assert (body["metadata"], made) == (metadata, adjustments)
 
 
+def test_every_parameter_not_sent_is_in_one_adjustment() -> None:
+    _, adjustments = native(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "Hi"}],
+            "metadata": {"user_id": "v"},
+            "user": "u",
+            "seed": 1,
+            "service_tier": "flex",
+        }
+    )
+    assert adjustments == ["parameters-dropped=metadata+seed+service_tier"]
+
+
+def test_a_part_the_translation_nests_past_the_recursion_limit_is_a_400() -> None:
+    # a tool message's parts go two levels deeper in Anthropic's body than in the chat body: near the limit, one
+    # that decoded may not encode, and the request is refused as too deep, not a 500 (every depth around the
+    # limit, since where it lies moves with the stack)
+    outcomes = set()
+    for depth in range(900, 1100):
+        deep = '{"a":' * depth + "1" + "}" * depth
+        raw = (
+            '{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":'
+            '[{"id":"t1","type":"function","function":{"name":"f","arguments":"{}"}}]},'
+            '{"role":"tool","tool_call_id":"t1","content":[{"type":"x","v":' + deep + "}]}]}"
+        )
+        try:
+            prepare_request(raw.encode(), ROUTE)
+            outcomes.add("sent")
+        except ApiError as error:
+            outcomes.add((error.status, error.code, error.message))
+    assert outcomes == {"sent", (400, "invalid_json", "The request body is nested too deeply to decode; flatten it.")}
+
+
 def test_anthropics_own_service_tier_passes() -> None:
     body, adjustments = native({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "service_tier": "auto"})
     assert (body["service_tier"], adjustments) == ("auto", [])
@@ -923,6 +957,22 @@ def test_anthropics_own_thinking_budget_gets_the_default_output_room_above_it(co
     thinking = {"type": "enabled", "budget_tokens": 8000}
     body, _ = native({"model": "m", "thinking": thinking, "messages": [{"role": "user", "content": "Q"}], **controls})
     assert (body["max_tokens"], body["thinking"]) == (12096, thinking)
+
+
+def test_anthropics_own_thinking_budget_written_as_a_whole_float_counts() -> None:
+    thinking = {"type": "enabled", "budget_tokens": 8000.0}
+    body, _ = native({"model": "m", "thinking": thinking, "messages": [{"role": "user", "content": "Q"}]})
+    assert (body["max_tokens"], body["thinking"]) == (12096, thinking)
+
+
+def test_an_adaptive_model_keeps_the_requests_own_thinking() -> None:
+    adaptive = type(ROUTE)(ROUTE.rules, ROUTE.wire_api, adaptive=True)
+    thinking = {"type": "enabled", "budget_tokens": 8000}
+    raw = json.dumps({"model": "m", "thinking": thinking, "messages": [{"role": "user", "content": "Q"}]}).encode()
+    prepared = prepare_request(raw, adaptive)
+    body = json.loads(prepared.body)
+    assert (body["max_tokens"], body["thinking"], "output_config" in body) == (12096, thinking, False)
+    assert prepared.adjustments == []
 
 
 def test_anthropics_own_thinking_beside_an_explicit_max_tokens_keeps_it() -> None:

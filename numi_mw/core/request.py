@@ -35,7 +35,7 @@ from numi_mw.core.controls import (
     wanted_budget,
 )
 from numi_mw.core.details import MAX_SIGNATURE_BYTES, check_detail_limits
-from numi_mw.core.errors import invalid_request, payload_too_large
+from numi_mw.core.errors import invalid_request, payload_too_large, too_deep
 from numi_mw.core.history import normalize_messages, prepare_messages
 from numi_mw.core.providers import ProviderRules
 from numi_mw.core.replay import restore
@@ -232,10 +232,12 @@ def prepare_request(
             changed = True
             controls, _ = fold_controls(data)
     adapter = WIRE_APIS.get(route.wire_api)
+    own_thinking = None  # the client's own ``thinking`` object: it goes upstream as it is (``controls``)
     if adapter is not None:
         check_output_limits(data)
+        own_thinking = data.get("thinking")
         if adapter.default_max_tokens is not None and output_limit(data) is None:
-            data["max_tokens"] = default_max_tokens(adapter.default_max_tokens, controls, data.get("thinking"))
+            data["max_tokens"] = default_max_tokens(adapter.default_max_tokens, controls, own_thinking)
     count = restore(data.get("messages"), restored) if restored else 0
     if count:
         changed = True
@@ -247,9 +249,14 @@ def prepare_request(
     if adapter is None:
         encoded, changed = _written(codec.encode(data), body) if changed else (body, False)
         return PreparedRequest(encoded, changed, controls, stream, route, None, notes, count)
-    translation = adapter.translate(data, controls, RequestFacts(adaptive=route.adaptive))
+    # an adaptive model's generated budget becomes adaptive thinking; the client's own thinking object stays
+    translation = adapter.translate(data, controls, RequestFacts(adaptive=route.adaptive and own_thinking is None))
     notes += translation.adjustments
-    return PreparedRequest(codec.encode(translation.body), True, controls, stream, route, translation, notes, count)
+    try:
+        encoded = codec.encode(translation.body)
+    except RecursionError:  # a value the translation moved deeper than the client's body had it
+        raise too_deep() from None
+    return PreparedRequest(encoded, True, controls, stream, route, translation, notes, count)
 
 
 def prepare_controls_only(body: bytes, route: Route) -> PreparedRequest | None:
@@ -329,6 +336,8 @@ def default_max_tokens(answer: int, controls: ReasoningControls, thinking: Any =
     budget is then capped one below it."""
     if isinstance(thinking, dict) and thinking.get("type") == "enabled":
         own = thinking.get("budget_tokens")
+        if isinstance(own, float) and own.is_integer():  # a whole number written as one (``8000.0``)
+            own = int(own)
         if isinstance(own, int) and not isinstance(own, bool) and own > 0:
             return answer + own
     budget = wanted_budget(controls)

@@ -155,7 +155,7 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
         body["tool_choice"] = tool_choice
     elif isinstance(data.get("tool_choice"), dict):
         adjustments.append("tool-choice-dropped")
-    _metadata(body, data, adjustments)
+    unsent = _metadata(body, data)
     output_format = _output_format(data.get("response_format"), adjustments)
     written = {key for key in WRITTEN if key in body}
     for key, value in data.items():
@@ -167,7 +167,8 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
         _adaptive(body, controls)
     _thinking_rules(body, adjustments)
     dropped = sorted(
-        key for key in data if key not in PASSED and key not in CONSUMED and (key not in WRITTEN or key in written)
+        {key for key in data if key not in PASSED and key not in CONSUMED and (key not in WRITTEN or key in written)}
+        | unsent
     )
     if dropped:
         adjustments.append("parameters-dropped=" + "+".join(dropped))
@@ -187,10 +188,11 @@ def translate(data: dict[str, Any], controls: ReasoningControls, facts: RequestF
     )
 
 
-def _metadata(body: dict[str, Any], data: dict[str, Any], adjustments: list[str]) -> None:
+def _metadata(body: dict[str, Any], data: dict[str, Any]) -> set[str]:
     """``user`` → ``metadata.user_id``; a ``metadata`` object that holds only ``user_id`` is Anthropic's own and
-    passes, unless ``user`` wrote another (the chat form wins, reported); chat's ``metadata`` (OpenAI's
-    stored-completion tags) has no counterpart and is reported, as is an OpenAI ``service_tier``."""
+    passes, unless ``user`` wrote another (the chat form wins); chat's ``metadata`` (OpenAI's stored-completion
+    tags) has no counterpart, nor has an OpenAI ``service_tier``. Returns the fields not sent, for the one
+    ``parameters-dropped`` entry."""
     metadata = data.get("metadata")
     ours = isinstance(metadata, dict) and set(metadata) == {"user_id"}
     user = data.get("user")
@@ -198,15 +200,14 @@ def _metadata(body: dict[str, Any], data: dict[str, Any], adjustments: list[str]
         body["metadata"] = {"user_id": user}
     elif ours:
         body["metadata"] = metadata
-    # chat's metadata, or Anthropic's own whose user_id the chat user replaced, goes reported
-    dropped = ["metadata"] if metadata is not None and body.get("metadata") != metadata else []
+    # chat's metadata, or Anthropic's own whose user_id the chat user replaced
+    dropped = {"metadata"} if metadata is not None and body.get("metadata") != metadata else set()
     tier = data.get("service_tier")
     if isinstance(tier, str) and tier in SERVICE_TIERS:  # (a tier that is an object is no key of a set)
         body["service_tier"] = tier
     elif tier is not None:
-        dropped.append("service_tier")
-    if dropped:
-        adjustments.append("parameters-dropped=" + "+".join(dropped))
+        dropped.add("service_tier")
+    return dropped
 
 
 def _text(content: Any, path: str) -> list[dict[str, Any]]:
