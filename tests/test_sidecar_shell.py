@@ -59,6 +59,17 @@ def test_a_request_numi_mw_fails_on_gets_the_openai_style_500() -> None:
 
     response = anyio.run(main)
     assert (response.status_code, response.headers["content-type"]) == (500, "application/json")
+
+    async def raised() -> None:  # and the exception goes on to the server, which logs it
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://s") as client,
+        ):
+            await client.post("/v1/chat/completions", content=b'{"model":"m","messages":[]}')
+
+    with pytest.raises(RuntimeError, match="a fault of the transport"):
+        anyio.run(raised)
     assert response.json() == {
         "error": {
             "message": "numi_mw failed on this request; the server's log has the details.",
