@@ -218,20 +218,15 @@ def test_stop_output_limit_sampling_user_and_unknown_parameters() -> None:
     assert adjustments == ["parameters-dropped=n+seed"]
 
 
+def calling_with(arguments: str) -> dict[str, Any]:
+    """A chat request whose one assistant message calls a tool with ``arguments``."""
+    call = {**CALL, "function": {"name": "f", "arguments": arguments}}
+    return {"model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]}
+
+
 def test_a_tool_call_whose_arguments_are_not_an_object_is_a_400_that_names_it() -> None:
     with pytest.raises(ApiError) as info:
-        native(
-            {
-                "model": "m",
-                "messages": [
-                    {
-                        "role": "assistant",
-                        "content": None,
-                        "tool_calls": [{**CALL, "function": {"name": "f", "arguments": "[1]"}}],
-                    }
-                ],
-            }
-        )
+        native(calling_with("[1]"))
     assert (info.value.status, info.value.code, info.value.param) == (
         400,
         "invalid_request",
@@ -242,18 +237,7 @@ def test_a_tool_call_whose_arguments_are_not_an_object_is_a_400_that_names_it() 
 @pytest.mark.parametrize("depth", [5, 900])
 def test_tool_call_arguments_nested_deep_but_decodable_go_as_their_object(depth: int) -> None:
     arguments = '{"a":' * depth + "1" + "}" * depth
-    body, _ = native(
-        {
-            "model": "m",
-            "messages": [
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [{**CALL, "function": {"name": "f", "arguments": arguments}}],
-                }
-            ],
-        }
-    )
+    body, _ = native(calling_with(arguments))
     assert json.dumps(body["messages"][0]["content"][0]["input"], separators=(",", ":")) == arguments
 
 
@@ -261,18 +245,7 @@ def test_tool_call_arguments_nested_past_the_recursion_limit_are_a_400_that_name
     # msgspec's decode raises RecursionError past the interpreter's limit: the request is refused, not a 500
     arguments = '{"a":' * 5000 + "1" + "}" * 5000
     with pytest.raises(ApiError) as info:
-        native(
-            {
-                "model": "m",
-                "messages": [
-                    {
-                        "role": "assistant",
-                        "content": None,
-                        "tool_calls": [{**CALL, "function": {"name": "f", "arguments": arguments}}],
-                    }
-                ],
-            }
-        )
+        native(calling_with(arguments))
     assert (info.value.status, info.value.code, info.value.param, info.value.message) == (
         400,
         "invalid_request",
