@@ -687,12 +687,8 @@ def create_app(
         wire_api=wire_api,
         catalog=catalog,
     )
-    check_limits(
-        max_header_count=max_header_count,
-        max_header_bytes=max_header_bytes,
-        max_event_bytes=max_event_bytes,
-        max_response_bytes=max_response_bytes,
-    )
+    check_limits(max_header_count=max_header_count, max_header_bytes=max_header_bytes)
+    bounds = Bounds(max_event_bytes, max_response_bytes)  # checks both (``check_limits``)
     if not isinstance(timeout, httpx.Timeout) and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf
     ):
@@ -729,7 +725,7 @@ def create_app(
         think_start,
         max_header_count=max_header_count,
         max_header_bytes=max_header_bytes,
-        bounds=Bounds(max_event_bytes, max_response_bytes),
+        bounds=bounds,
         replay=replay,
         upstream_transport=opened,
     )
