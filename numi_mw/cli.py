@@ -25,7 +25,7 @@ from numi_mw.core.accumulate import rebuild_from_body
 from numi_mw.core.adapters import WIRE_APIS
 from numi_mw.core.catalog import Catalog, CatalogError, unknown_efforts, unknown_keys
 from numi_mw.core.codec import UNDECODABLE, decode_lenient, decoder, encode, encode_lenient
-from numi_mw.core.errors import ApiError, invalid_request
+from numi_mw.core.errors import ApiError, invalid_request, is_error_body
 from numi_mw.core.providers import PROVIDERS, WIRE_API_NAMES, ProviderRules, infer_provider, provider_rules
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, prepare_request
 from numi_mw.core.response import (
@@ -364,10 +364,10 @@ def _response(args: argparse.Namespace) -> int:
         if not_an_answer is not None:
             sys.stdout.buffer.write(not_an_answer.to_bytes() + b"\n")
             return 1
-        if _is_error_body(value):
+        if is_error_body(value):
             sys.stdout.buffer.write(body)  # the upstream's own error: the client gets it as it came
             return 1
-    elif value is not UNDECODABLE and (_is_error_body(value) or adapter.error(value) is not None):
+    elif value is not UNDECODABLE and (is_error_body(value) or adapter.error(value) is not None):
         status = 400  # an error body (the wire API's own, or OpenAI's): handled as an upstream's error is
     rewriter = choose_rewriter(options, status, content_type)
     if rewriter is None:  # an error body the wire API does not translate goes out as it came
@@ -396,7 +396,7 @@ def _not_an_answer(body: bytes, value: Any, streamed: bool) -> ApiError | None:
     if not streamed:
         if value is UNDECODABLE:
             return ApiError("invalid_json", f"The response on stdin is not JSON; {_PASSED}.")
-        if isinstance(value, dict) and (isinstance(value.get("choices"), list) or _is_error_body(value)):
+        if isinstance(value, dict) and (isinstance(value.get("choices"), list) or is_error_body(value)):
             return None
         return invalid_request(
             f"The response on stdin is not a chat completion (an object with a choices array); {_PASSED}.", "choices"
@@ -411,11 +411,6 @@ def _not_an_answer(body: bytes, value: Any, streamed: bool) -> ApiError | None:
         if data is not None and (data == b"[DONE]" or isinstance(decode_lenient(data), dict)):
             return None
     return invalid_request(f"The response on stdin is not an SSE stream of chat completion chunks; {_PASSED}.")
-
-
-def _is_error_body(value: Any) -> bool:
-    """Whether ``value`` is an OpenAI-style error body (``{"error": {...}}``)."""
-    return isinstance(value, dict) and isinstance(value.get("error"), dict)
 
 
 def _rebuild(args: argparse.Namespace) -> int:

@@ -231,6 +231,24 @@ def test_an_answer_that_is_not_anthropics_is_a_502_labelled_json(anthropic_sidec
     }
 
 
+def test_an_error_page_in_front_of_anthropic_reaches_the_sdk_as_the_openai_style_error(anthropic_sidecar: str) -> None:
+    # a load balancer's HTML page with a 503: the openai SDK reads the message from the OpenAI-style body
+    sdk = openai.OpenAI(base_url=anthropic_sidecar, api_key="sk-ant-test", max_retries=0, timeout=10)
+    with sdk, pytest.raises(openai.InternalServerError) as raised:
+        sdk.chat.completions.create(
+            model="claude-haiku-4-5", messages=HISTORY, extra_headers={"x-replay-html": "1", "x-replay-status": "503"}
+        )
+    response = raised.value.response
+    assert (response.status_code, response.headers["content-type"]) == (503, "application/json")
+    assert response.headers["content-length"] == str(len(response.content))
+    assert raised.value.body == {
+        "message": "The upstream answered 503: <html>hi</html>",
+        "type": "api_error",
+        "code": None,
+        "param": None,
+    }
+
+
 def test_a_translated_request_goes_upstream_labelled_json_whatever_the_client_labelled_it(
     upstream: ReplayUpstream, anthropic_sidecar: str
 ) -> None:

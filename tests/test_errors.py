@@ -11,10 +11,11 @@ from numi_mw.core.errors import (
     ERROR_CODES,
     ApiError,
     invalid_request,
+    upstream_error_body,
     upstream_timeout,
     upstream_unavailable,
 )
-from numi_mw.core.response import ResponseOptions, SSERewriter
+from numi_mw.core.response import NativeJSONRewriter, ResponseOptions, SSERewriter, choose_rewriter
 
 # the envelope of the recorded DeepSeek stream (openai-chat/deepseek-reasoner-reasoning-content.sse)
 DEEPSEEK_CHUNK = (
@@ -106,3 +107,88 @@ def test_the_error_chunk_of_a_refusal_names_its_param() -> None:
         },
         "choices": [],
     }
+
+
+# --- an upstream's error answer on a translated wire API that is no error body a client reads ----------------
+
+LB_PAGE = b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n</body>\r\n</html>\r\n"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message", "kind"),
+    [
+        (
+            502,
+            LB_PAGE,
+            "The upstream answered 502: <html> <head><title>502 Bad Gateway</title></head> <body> "
+            "<center><h1>502 Bad Gateway</h1></center> </body> </html>",
+            "api_error",
+        ),
+        (
+            503,
+            b"upstream connect error or disconnect/reset before headers. reset reason: overflow",
+            "The upstream answered 503: upstream connect error or disconnect/reset before headers. reset reason: "
+            "overflow",
+            "api_error",
+        ),
+        (404, b'{"detail":"Not Found"}', 'The upstream answered 404: {"detail":"Not Found"}', "invalid_request_error"),
+        (429, b" \n\t ", "The upstream answered 429 with an empty body.", "invalid_request_error"),
+        (500, b"", "The upstream answered 500 with an empty body.", "api_error"),
+        (500, b"caf\xe9 \xff", "The upstream answered 500: caf\ufffd \ufffd", "api_error"),
+    ],
+)
+def test_an_upstream_error_that_is_no_error_body_becomes_the_openai_style_body(
+    status: int, body: bytes, message: str, kind: str
+) -> None:
+    assert upstream_error_body(status, body) == {
+        "error": {"message": message, "type": kind, "code": None, "param": None}
+    }
+
+
+def test_an_upstream_errors_text_is_kept_to_a_thousand_characters() -> None:
+    prefix = "The upstream answered 500: "
+    assert upstream_error_body(500, b"x" * 1000)["error"]["message"] == prefix + "x" * 1000
+    assert upstream_error_body(500, b"x" * 1001)["error"]["message"] == prefix + "x" * 1000 + "\u2026"
+    # four bytes a character at most: a body read that far is cut even where its text so far is short
+    assert upstream_error_body(500, b" " * 4000 + b"y")["error"]["message"] == prefix + "\u2026"
+    assert upstream_error_body(500, "\u00e9".encode() * 1200)["error"]["message"] == prefix + "\u00e9" * 1000 + "\u2026"
+
+
+@pytest.mark.parametrize("wire_api", ["anthropic-messages", "openai-responses"])
+@pytest.mark.parametrize(
+    ("status", "media", "body"),
+    [
+        (502, "text/html", LB_PAGE),
+        (503, "text/plain; charset=utf-8", b"upstream connect error or disconnect/reset before headers."),
+        (401, None, b"Unauthorized"),
+        (404, "application/json", b'{"detail":"Not Found"}'),
+        (500, "application/json", b'{"error":"boom"}'),  # an error that is a string is no error object
+        (529, "text/event-stream", b""),
+    ],
+)
+def test_a_translated_wire_apis_error_answer_reaches_the_client_as_the_openai_style_body(
+    wire_api: str, status: int, media: str | None, body: bytes
+) -> None:
+    rewriter = choose_rewriter(ResponseOptions(wire_api=wire_api), status, media)  # type: ignore[arg-type]
+    assert isinstance(rewriter, NativeJSONRewriter)
+    out = rewriter.feed(body) + rewriter.finish()
+    assert (rewriter.changed, rewriter.status) == (True, None)  # the upstream's status stays
+    assert json.loads(out) == upstream_error_body(status, body)
+
+
+@pytest.mark.parametrize("wire_api", ["anthropic-messages", "openai-responses"])
+def test_an_openai_style_error_and_a_redirects_body_pass_unchanged_on_a_translated_wire_api(wire_api: str) -> None:
+    options = ResponseOptions(wire_api=wire_api)  # type: ignore[arg-type]
+    openai_style = b'{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","code":null}}'
+    for status, media, body in [(401, "application/json", openai_style), (302, "application/json", b'{"to":"x"}')]:
+        rewriter = choose_rewriter(options, status, media)
+        assert isinstance(rewriter, NativeJSONRewriter)
+        assert (rewriter.feed(body) + rewriter.finish(), rewriter.changed, rewriter.status) == (body, False, None)
+    assert choose_rewriter(options, 301, "text/html") is None
+    assert choose_rewriter(options, 304, None) is None
+
+
+def test_a_chat_completions_upstreams_error_page_passes_as_it_came() -> None:
+    # the client talks to its own provider's API: what it would get directly
+    assert choose_rewriter(ResponseOptions(), 502, "text/html") is None
+    assert choose_rewriter(ResponseOptions(), 502, None) is None

@@ -93,6 +93,45 @@ class ApiError(Exception):
         return f"ApiError({self.code!r}, {self.message!r}, param={self.param!r})"
 
 
+def is_error_body(value: Any) -> bool:
+    """Whether the decoded JSON ``value`` is an OpenAI-style error body: an object whose ``error`` is an object
+    (OpenAI's API reference, "Error codes"; OpenRouter's and llama-server's have this shape too)."""
+    return isinstance(value, dict) and isinstance(value.get("error"), dict)
+
+
+UPSTREAM_TEXT_CHARACTERS: Final = 1000
+"""The most characters of an upstream's error body that ``upstream_error_body`` keeps in its message."""
+
+
+def upstream_error_body(status: int, body: bytes) -> dict[str, Any]:
+    """An upstream's error answer that is no error body a client reads (an HTML page of a load balancer, a
+    ``text/plain`` line, JSON of another shape) as the OpenAI-style error body, for a translated wire API, whose
+    client reads only that shape (``docs/errors.md``).
+
+    Args:
+        status: the upstream's HTTP status (400 to 599), which the answer keeps.
+        body: the upstream's body (bytes, decoded of its ``content-encoding``), read as UTF-8 with replacement
+            characters.
+
+    Returns:
+        ``{"error": {"message", "type", "code": None, "param": None}}``: ``message`` is "The upstream answered
+        {status}: {text}" with the body's text, its runs of white space made one space, up to
+        ``UPSTREAM_TEXT_CHARACTERS`` characters (then "…"), or "The upstream answered {status} with an
+        empty body."; ``type`` is ``invalid_request_error`` for 4xx and ``api_error`` otherwise, as for numi_mw's own
+        errors; ``code`` is ``null``, as OpenAI sends it when it has none, since the upstream named none.
+    """
+    limit = UPSTREAM_TEXT_CHARACTERS
+    read = 4 * limit  # bytes enough for ``limit`` characters of any UTF-8 text
+    text = " ".join(body[:read].decode("utf-8", "replace").split())
+    if len(text) > limit or len(body) > read:
+        text = text[:limit] + "…"
+    message = (
+        f"The upstream answered {status}: {text}" if text else f"The upstream answered {status} with an empty body."
+    )
+    kind: ErrorType = "invalid_request_error" if 400 <= status < 500 else "api_error"
+    return {"error": {"message": message, "type": kind, "code": None, "param": None}}
+
+
 def invalid_request(message: str, param: str | None = None) -> ApiError:
     """400 ``invalid_request``: a body of the wrong shape or a value the rules refuse, on ``param``."""
     return ApiError("invalid_request", message, param)

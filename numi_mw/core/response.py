@@ -26,7 +26,15 @@ from numi_mw.core import codec
 from numi_mw.core.adapters import WIRE_APIS, Answer, Translation, WireAdapter
 from numi_mw.core.chunks import UNCHANGED, ChunkNormalizer
 from numi_mw.core.completion import normalize_completion
-from numi_mw.core.errors import CUT_SHORT, ApiError, event_too_large, response_too_large, upstream_unavailable
+from numi_mw.core.errors import (
+    CUT_SHORT,
+    ApiError,
+    event_too_large,
+    is_error_body,
+    response_too_large,
+    upstream_error_body,
+    upstream_unavailable,
+)
 from numi_mw.core.providers import ProviderRules
 from numi_mw.core.shapes import ChunkShape, shape_of
 from numi_mw.core.sse import EventTooLarge, SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
@@ -109,7 +117,8 @@ def choose_rewriter(
     Args:
         options: what the response side does for the request (``ResponseOptions``).
         status: the HTTP status; only 2xx answers are rewritten (an upstream's own error passes through), but
-            for an error body of a translated wire API, which becomes the OpenAI-style error body.
+            for an error answer of a translated wire API, which becomes the OpenAI-style error body unless it is
+            one already (``NativeJSONRewriter``).
         content_type: the ``content-type`` header, or ``None``: ``text/event-stream`` gets a stream rewriter,
             ``application/json`` (or any ``+json``) a body rewriter, any other type nothing.
         content_encoding: the ``content-encoding`` header, or ``None`` (identity).
@@ -124,14 +133,21 @@ def choose_rewriter(
         return None
     adapter = WIRE_APIS.get(options.wire_api)
     if not content_type:
-        # a translated wire API's answer must be translated: one that is not JSON becomes a 502
-        return NativeJSONRewriter(options, adapter) if adapter is not None and 200 <= status < 300 else None
+        # a translated wire API's answer must be translated: one that is not JSON becomes a 502, an error the
+        # OpenAI-style error body
+        if adapter is None:
+            return None
+        if 200 <= status < 300:
+            return NativeJSONRewriter(options, adapter)
+        return NativeJSONRewriter(options, adapter, error=status) if status >= 400 else None
     media = _MEDIA.get(content_type)  # the common spellings, without parsing
     if media is None:
         media = content_type.split(";", 1)[0].strip().lower()
     json = media == "application/json" or media.endswith("+json")
     if not 200 <= status < 300:
-        return NativeJSONRewriter(options, adapter, error=True) if adapter is not None and json else None
+        if adapter is not None and (json or status >= 400):
+            return NativeJSONRewriter(options, adapter, error=status)
+        return None
     if media == "text/event-stream":
         return SSERewriter(options) if adapter is None else NativeSSERewriter(options, adapter)
     if adapter is not None:
@@ -816,8 +832,13 @@ _UNREADABLE = upstream_unavailable("The upstream sent an event that is not JSON;
 
 class NativeJSONRewriter:
     """Translate one buffered answer of a native wire API into a chat completion (spec 004 "Response fields"),
-    or, with ``error``, a native error body into the OpenAI-style error body; one per response. A 2xx answer of
-    any content type but a stream comes here: one that is not the wire API's JSON becomes a 502.
+    or, with ``error``, an error answer into the OpenAI-style error body; one per response. A 2xx answer of any
+    content type but a stream comes here: one that is not the wire API's JSON becomes a 502.
+
+    An error answer (``error``: the upstream's status, not 2xx; ``0``, the default, for an answer) keeps its
+    status. The wire API's own error body is translated (``WireAdapter.error``), an OpenAI-style one goes as it
+    came, and any other body of a 4xx or 5xx (an HTML page, a ``text/plain`` line, JSON of another shape)
+    becomes ``upstream_error_body``'s, its text in the message.
 
     ``finish`` returns the whole body. An answer that cannot be translated becomes the OpenAI-style error body
     of ``upstream_unavailable``, and ``status`` then holds its status (502), which the shell sends instead of
@@ -833,7 +854,7 @@ class NativeJSONRewriter:
     __slots__ = ("_adapter", "_error", "_parts", "_size", "changed", "options", "status")
     content_type: ClassVar[bytes] = b"application/json"
 
-    def __init__(self, options: ResponseOptions, adapter: WireAdapter, *, error: bool = False) -> None:
+    def __init__(self, options: ResponseOptions, adapter: WireAdapter, *, error: int = 0) -> None:
         self.options = options
         self._adapter = adapter
         self._error = error
@@ -862,7 +883,9 @@ class NativeJSONRewriter:
         if self._error:
             translated = self._adapter.error(value) if value is not codec.UNDECODABLE else None
             if translated is None:
-                return body
+                if is_error_body(value) or self._error < 400:  # a redirect's body is no error to translate
+                    return body
+                translated = upstream_error_body(self._error, body)
             self.changed = True
             return codec.encode_lenient(translated)
         options = self.options
