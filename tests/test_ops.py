@@ -451,6 +451,20 @@ def test_a_catalog_route_logs_its_model_and_an_upstream_failure_its_kind(caplog:
     }
 
 
+def test_the_access_line_of_a_request_numi_mw_fails_on_counts_the_500_it_sent(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="numi_mw")
+
+    def faulty(request: httpx.Request) -> httpx.Response:  # a transport that breaks its contract
+        raise RuntimeError("a fault of the transport")
+
+    app = create_app(UPSTREAM, transport=httpx.MockTransport(faulty))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.post("/v1/chat/completions", json=REQUEST)
+    assert (response.status_code, response.json()["error"]["code"]) == (500, "internal_error")
+    [fields] = access_fields(caplog)
+    assert (fields["status"], fields["response_bytes"]) == (500, len(response.content))
+
+
 # --- what logs never carry -------------------------------------------------------------------------------------
 
 

@@ -580,9 +580,10 @@ def _json_response(data: Any) -> Response:
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
-    """The answer to a request numi_mw failed on (an exception it did not expect): the OpenAI-style 500 body
-    (``errors.internal_error``) instead of Starlette's plain text, before a response started; Starlette's
-    ``ServerErrorMiddleware`` then raises the exception again, for the server to log."""
+    """The answer to a request numi_mw failed on (an exception it did not expect) outside the requests
+    ``ops.Operations`` observes, which answers those itself: the OpenAI-style 500 body (``errors.internal_error``)
+    instead of Starlette's plain text, before a response started; Starlette's ``ServerErrorMiddleware`` then
+    raises the exception again, for the server to log."""
     error = internal_error()
     return Response(error.to_bytes(), error.status, media_type="application/json")
 

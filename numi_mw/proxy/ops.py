@@ -11,6 +11,7 @@ header value, a query string or an exception's text (spec 000: stored traces can
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -28,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from numi_mw.asgi import send_error
 from numi_mw.core.codec import encode
-from numi_mw.core.errors import method_not_allowed
+from numi_mw.core.errors import internal_error, method_not_allowed
 from numi_mw.upstream import EXCHANGE, Exchange, close_upstream, send_upstream, target_url, upstream_request
 
 if TYPE_CHECKING:
@@ -273,6 +274,10 @@ class _Readiness:
 class Operations:
     """ASGI middleware: the operations paths, and measuring and logging every other request.
 
+    A request the app fails on (an exception numi_mw did not expect) before its response started gets the
+    OpenAI-style 500 (``errors.internal_error``) from here, so that its access line and metrics count what was
+    sent; the exception is raised on, for the server to log.
+
     Args:
         app: the sidecar's ASGI app.
         sidecar: the sidecar (its upstreams and client, for the readiness probe).
@@ -337,8 +342,10 @@ class Operations:
         try:
             await self.app(scope, counting_receive, observing_send)
         except Exception:
-            if status == 0:
-                status = 500  # what the server answers for an exception before the response started
+            if status == 0:  # sent from here, so that the access line and the metrics count its bytes
+                with contextlib.suppress(Exception):  # a client gone: the fault is still raised, for the log
+                    await send_error(observing_send, internal_error())
+                status = 500
             raise
         finally:
             EXCHANGE.reset(token)
