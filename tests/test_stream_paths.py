@@ -214,6 +214,17 @@ _DELTAS = st.sampled_from(
         },
         {"reasoning": None, "reasoning_details": [{"type": "reasoning.text", "signature": "S", "format": "f"}]},
         {"reasoning_details": [{"type": "reasoning.encrypted", "data": "E"}]},
+        {  # OpenRouter's o3: OpenAI's reasoning item, beside the role and empty fields
+            "role": "assistant",
+            "content": "",
+            "reasoning": None,
+            "reasoning_details": [
+                {"type": "reasoning.encrypted", "data": "E", "id": "rs_1", "format": "f", "index": 0}
+            ],
+        },
+        {"reasoning": "", "reasoning_details": [{"type": "reasoning.encrypted", "data": "E", "index": 1}]},
+        {"content": "a", "reasoning_details": [{"type": "reasoning.encrypted", "data": "E", "format": "f"}]},
+        {"reasoning": 5, "reasoning_details": [{"type": "reasoning.encrypted", "data": "E"}]},
         {"content": "a"},
         {"content": ""},
         {"role": "assistant"},

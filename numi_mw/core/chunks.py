@@ -578,6 +578,8 @@ class ChunkNormalizer:
             kind = fragment.get("type")
             if kind == "reasoning.summary":
                 return self._fast_summary(data, index, delta, fragment, reasoning)
+            if kind == "reasoning.encrypted":  # opaque state shows no text (OpenAI's reasoning items via OpenRouter)
+                return self._fast_no_text(data, choice, delta, index, fragment, reasoning)
             if kind != "reasoning.text":
                 return _SLOW
             text = fragment.get("text")
@@ -676,9 +678,11 @@ class ChunkNormalizer:
         fragment: dict[str, Any],
         shown: Any,
     ) -> list[dict[str, Any]] | Literal[_Slow.SLOW] | None:
-        """``_fast`` for one ``reasoning.text`` fragment without text beside no visible ``reasoning`` (``shown``): how
-        Anthropic's thinking block streams its start and end through OpenRouter, a placeholder with an empty
-        ``signature`` that opens it, the ``format`` of the block, its ``signature``. ``_emit`` places it; the delta
+        """``_fast`` for one fragment that shows no text beside no visible ``reasoning`` (``shown``): a
+        ``reasoning.text`` fragment without text, as Anthropic's thinking block streams its start and end through
+        OpenRouter (a placeholder with an empty ``signature`` that opens it, the ``format`` of the block, its
+        ``signature``), or a ``reasoning.encrypted`` one (OpenAI's reasoning items, Anthropic's redacted thinking
+        blocks, as OpenRouter streams them). ``_emit`` places it; the delta
         goes out with what it emitted as its details, or none, dropped when nothing is left of the chunk. Same output
         as the general path, key order included."""
         if shown is not None and shown != "":
