@@ -26,11 +26,11 @@ Workloads (``--workloads`` picks some):
   (``reasoning.exclude``: reasoning chunks dropped), as the server workloads' request asks (per stream);
 - ``stream.openrouter_2000``: the spec-shaped stream with OpenRouter's answer chunks (``"reasoning": null,
   "reasoning_details": []`` beside ``content``), and ``stream.floor_openrouter_2000`` the same through the floor;
-- ``stream.deepseek``, ``stream.groq``, ``stream.claude``, ``stream.snowflake``: the recorded streams of
-  ``RECORDED`` (DeepSeek reasoner, groq gpt-oss, OpenRouter Claude, Snowflake Claude;
-  ``../shared/fixtures/openai-chat``), cut into events, each through one ``SSERewriter`` (per stream), and
-  ``stream.floor_deepseek``, ``stream.floor_groq``, ``stream.floor_claude``, ``stream.floor_snowflake`` the same
-  streams through the floor, as for ``stream.floor_2000``;
+- ``stream.deepseek``, ``stream.groq``, ``stream.claude``, ``stream.snowflake``, ``stream.o3``: the recorded streams
+  of ``RECORDED`` (DeepSeek reasoner, groq gpt-oss, OpenRouter Claude, Snowflake Claude, OpenRouter o3 with
+  encrypted reasoning; ``../shared/fixtures/openai-chat``), cut into events, each through one ``SSERewriter`` (per
+  stream), and ``stream.floor_deepseek``, ``stream.floor_groq``, ``stream.floor_claude``, ``stream.floor_snowflake``,
+  ``stream.floor_o3`` the same streams through the floor, as for ``stream.floor_2000``;
 - ``stream.anthropic_messages``, ``stream.openai_responses``: the recorded stream of each translated wire API
   (``payloads.NATIVE_STREAMS``), one event per chunk, through one ``NativeSSERewriter`` (per stream), as the
   ``stream.adapter.*`` rows time it.
@@ -108,6 +108,8 @@ WORKLOADS: dict[str, int] = {
     "stream.floor_claude": 60,
     "stream.snowflake": 60,
     "stream.floor_snowflake": 60,
+    "stream.o3": 20,
+    "stream.floor_o3": 20,
     "stream.anthropic_messages": 20,
     "stream.openai_responses": 4,
 }
@@ -143,6 +145,7 @@ RECORDED: dict[str, str] = {
     "groq": "groq-gpt-oss-120b-reasoning-tool-call",
     "claude": "openrouter-claude-sonnet-4.5-reasoning-details",
     "snowflake": "snowflake-claude-sonnet-4.6-reasoning-details",
+    "o3": "openrouter-o3-encrypted-reasoning-details",
 }
 """The recorded-stream workloads' short names and their fixtures' stems (``payloads.fixture_streams``)."""
 
@@ -400,6 +403,7 @@ FLOOR_RATIOS = (
     ("stream.groq", "stream.floor_groq", FLOOR_TARGET_RECORDED),
     ("stream.claude", "stream.floor_claude", FLOOR_TARGET_RECORDED),
     ("stream.snowflake", "stream.floor_snowflake", FLOOR_TARGET_RECORDED),
+    ("stream.o3", "stream.floor_o3", FLOOR_TARGET_RECORDED),
 )
 """The targets of the request rows and the stream rows against their floors, in instructions (the timed rows,
 whose stream targets these are, are in ``inprocess``)."""
