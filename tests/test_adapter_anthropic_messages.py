@@ -910,6 +910,9 @@ def test_an_anthropic_error_body_becomes_the_openai_style_error_body() -> None:
         "error": {"message": "Overloaded", "type": "overloaded_error", "code": "overloaded_error", "param": None}
     }
     assert rewriter.status is None  # the upstream's status stays
+    rewriter = choose_rewriter(OPTIONS, 529, "application/json")
+    assert rewriter is not None  # with a byte order mark first (RFC 8259 section 8.1), the same
+    assert json.loads(rewriter.feed(b"\xef\xbb\xbf" + body) + rewriter.finish())["error"]["type"] == "overloaded_error"
 
 
 # --- fixes from review: requests Anthropic would refuse, and what must not be lost -------------------------

@@ -149,8 +149,12 @@ def test_an_upstream_errors_text_is_kept_to_a_thousand_characters() -> None:
     prefix = "The upstream answered 500: "
     assert upstream_error_body(500, b"x" * 1000)["error"]["message"] == prefix + "x" * 1000
     assert upstream_error_body(500, b"x" * 1001)["error"]["message"] == prefix + "x" * 1000 + "\u2026"
-    # four bytes a character at most: a body read that far is cut even where its text so far is short
-    assert upstream_error_body(500, b" " * 4000 + b"y")["error"]["message"] == prefix + "\u2026"
+    # white space never takes the text's room: runs of it are one space, and none leads
+    assert (
+        upstream_error_body(502, b" " * 5000 + b"real text")["error"]["message"]
+        == "The upstream answered 502: real text"
+    )
+    assert upstream_error_body(500, b"x" * (64 << 20))["error"]["message"] == prefix + "x" * 1000 + "\u2026"
     assert upstream_error_body(500, "\u00e9".encode() * 1200)["error"]["message"] == prefix + "\u00e9" * 1000 + "\u2026"
 
 
@@ -180,7 +184,12 @@ def test_a_translated_wire_apis_error_answer_reaches_the_client_as_the_openai_st
 def test_an_openai_style_error_and_a_redirects_body_pass_unchanged_on_a_translated_wire_api(wire_api: str) -> None:
     options = ResponseOptions(wire_api=wire_api)  # type: ignore[arg-type]
     openai_style = b'{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","code":null}}'
-    for status, media, body in [(401, "application/json", openai_style), (302, "application/json", b'{"to":"x"}')]:
+    passed = [
+        (401, "application/json", openai_style),
+        (429, "application/json", b"\xef\xbb\xbf" + openai_style),  # a byte order mark first (RFC 8259 8.1)
+        (302, "application/json", b'{"to":"x"}'),
+    ]
+    for status, media, body in passed:
         rewriter = choose_rewriter(options, status, media)
         assert isinstance(rewriter, NativeJSONRewriter)
         assert (rewriter.feed(body) + rewriter.finish(), rewriter.changed, rewriter.status) == (body, False, None)

@@ -461,6 +461,7 @@ def test_the_access_line_of_a_request_numi_mw_fails_on_counts_the_500_it_sent(ca
     with TestClient(app, raise_server_exceptions=False) as client:
         response = client.post("/v1/chat/completions", json=REQUEST)
     assert (response.status_code, response.json()["error"]["code"]) == (500, "internal_error")
+    assert response.headers["connection"] == "close"  # the server closes it after the exception
     [fields] = access_fields(caplog)
     assert (fields["status"], fields["response_bytes"]) == (500, len(response.content))
 

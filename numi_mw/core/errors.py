@@ -8,6 +8,7 @@ has started, as the error chunk of ``ApiError.stream_chunk``. The situations eac
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
@@ -101,6 +102,8 @@ def is_error_body(value: Any) -> bool:
 
 UPSTREAM_TEXT_CHARACTERS: Final = 1000
 """The most characters of an upstream's error body that ``upstream_error_body`` keeps in its message."""
+_WORD: Final = re.compile(rb"\S{1,%d}" % (4 * UPSTREAM_TEXT_CHARACTERS))
+"""A run of bytes that are not white space, no longer than the message reads (four bytes a character at most)."""
 
 
 def upstream_error_body(status: int, body: bytes) -> dict[str, Any]:
@@ -121,9 +124,17 @@ def upstream_error_body(status: int, body: bytes) -> dict[str, Any]:
         errors; ``code`` is ``null``, as OpenAI sends it when it has none, since the upstream named none.
     """
     limit = UPSTREAM_TEXT_CHARACTERS
-    read = 4 * limit  # bytes enough for ``limit`` characters of any UTF-8 text
-    text = " ".join(body[:read].decode("utf-8", "replace").split())
-    if len(text) > limit or len(body) > read:
+    words: list[bytes] = []
+    size = 0
+    cut = False
+    for word in _WORD.finditer(body):  # runs of white space made one space, read no further than the message
+        if size > 4 * limit:
+            cut = True
+            break
+        words.append(word.group())
+        size += len(words[-1]) + 1
+    text = " ".join(b" ".join(words).decode("utf-8", "replace").split())
+    if len(text) > limit or cut:
         text = text[:limit] + "…"
     message = (
         f"The upstream answered {status}: {text}" if text else f"The upstream answered {status} with an empty body."

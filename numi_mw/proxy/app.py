@@ -585,7 +585,7 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     instead of Starlette's plain text, before a response started; Starlette's ``ServerErrorMiddleware`` then
     raises the exception again, for the server to log."""
     error = internal_error()
-    return Response(error.to_bytes(), error.status, media_type="application/json")
+    return Response(error.to_bytes(), error.status, {"connection": "close"}, media_type="application/json")
 
 
 def create_app(

@@ -19,7 +19,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import anyio
 import httpx
@@ -271,6 +271,11 @@ class _Readiness:
         return probes
 
 
+_CLOSE: Final = ((b"connection", b"close"),)
+"""The header of a 500 numi_mw answers for its own fault: the server closes the connection after it (the exception
+is raised on to it), and a client told so opens a new one for its next request instead of meeting a reset."""
+
+
 class Operations:
     """ASGI middleware: the operations paths, and measuring and logging every other request.
 
@@ -344,7 +349,7 @@ class Operations:
         except Exception:
             if status == 0:  # sent from here, so that the access line and the metrics count its bytes
                 with contextlib.suppress(Exception):  # a client gone: the fault is still raised, for the log
-                    await send_error(observing_send, internal_error())
+                    await send_error(observing_send, internal_error(), _CLOSE)
                 status = 500
             raise
         finally:
