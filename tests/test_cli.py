@@ -292,6 +292,8 @@ def test_response_translates_a_native_error_body_and_exits_1(tmp_path: Path) -> 
     assert json.loads(result.stdout) == {
         "error": {"message": "Overloaded", "type": "overloaded_error", "code": "overloaded_error", "param": None}
     }
+    result = run(args, b"\xef\xbb\xbf" + overloaded)  # after a byte order mark (RFC 8259 section 8.1): the same
+    assert (result.returncode, json.loads(result.stdout)["error"]["type"]) == (1, "overloaded_error")
     result = run(args, b'{"x":1}')  # JSON that is not an Anthropic message: the sidecar's 502 body
     assert result.returncode == 1
     assert json.loads(result.stdout)["error"]["code"] == "upstream_unavailable"

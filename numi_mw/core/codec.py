@@ -11,7 +11,7 @@ import enum
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -107,11 +107,17 @@ def utf8_stretches(data: bytes, visit: Callable[[int, int], None] | None = None)
 
 def decode_lenient(data: bytes) -> Any:
     """Decode JSON ``data`` to builtins for the response side, or ``UNDECODABLE`` (the original bytes then pass
-    through): msgspec first, then ``decode_fallback``."""
+    through): msgspec first, then ``decode_fallback``; a byte order mark before the JSON text is ignored (RFC 8259
+    section 8.1 lets a parser ignore one; some servers send it)."""
     try:
         return decoder.decode(data)
     except (msgspec.DecodeError, RecursionError):
+        if data.startswith(_UTF8_BOM):
+            return decode_lenient(data[len(_UTF8_BOM) :])
         return decode_fallback(data)
+
+
+_UTF8_BOM: Final = b"\xef\xbb\xbf"
 
 
 def decode_fallback(data: bytes) -> Any:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -841,9 +841,6 @@ class NativeSSERewriter:
         return self._closing_chunks() + _error_event(error, self._head)
 
 
-_UTF8_BOM: Final = b"\xef\xbb\xbf"
-"""The byte order mark a JSON body may start with (RFC 8259 section 8.1 lets a parser ignore it)."""
-
 _UNREADABLE = upstream_unavailable("The upstream sent an event that is not JSON; the answer is incomplete.")
 
 
@@ -898,8 +895,6 @@ class NativeJSONRewriter:
         body = b"".join(self._parts)
         value = codec.decode_lenient(body)
         if self._error:
-            if value is codec.UNDECODABLE and body.startswith(_UTF8_BOM):  # (some servers start their JSON so)
-                value = codec.decode_lenient(body[len(_UTF8_BOM) :])
             translated = self._adapter.error(value) if value is not codec.UNDECODABLE else None
             if translated is None:
                 if is_error_body(value) or self._error < 400:  # a redirect's body is no error to translate
