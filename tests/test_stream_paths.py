@@ -28,6 +28,7 @@ from numi_mw.core import codec, response
 from numi_mw.core.adapters import WIRE_APIS, Answer
 from numi_mw.core.chunks import UNCHANGED
 from numi_mw.core.completion import normalize_completion
+from numi_mw.core.errors import upstream_unavailable
 from numi_mw.core.response import (
     NativeSSERewriter,
     ResponseOptions,
@@ -225,6 +226,7 @@ _DELTAS = st.sampled_from(
         {"reasoning": "", "reasoning_details": [{"type": "reasoning.encrypted", "data": "E", "index": 1}]},
         {"content": "a", "reasoning_details": [{"type": "reasoning.encrypted", "data": "E", "format": "f"}]},
         {"reasoning": 5, "reasoning_details": [{"type": "reasoning.encrypted", "data": "E"}]},
+        {"reasoning": "t", "reasoning_details": [{"type": "reasoning.encrypted", "data": "E"}]},
         {"content": "a"},
         {"content": ""},
         {"role": "assistant"},
@@ -315,6 +317,54 @@ def test_the_choices_counted_against_the_limit_are_those_that_carried_reasoning(
             500,
             {"reasoning": "r", "reasoning_details": [{"type": "reasoning.text", "text": "r", "index": 0}]},
         )
+
+
+def test_an_event_passed_as_its_bytes_before_any_decode_still_ends_the_stream_at_done() -> None:
+    # ``feed`` passes an event that cannot hold a reasoning field before ``_data``; [DONE] holds none either, and
+    # still ends the stream: nothing follows it on a break, and bytes after it go as they came
+    first = _chunk(0, {"content": "x"})
+    rewriter = SSERewriter(ResponseOptions())
+    sent = [rewriter.feed(first), rewriter.feed(b"data: [DONE]\n\n"), rewriter.fail(upstream_unavailable("cut"))]
+    assert sent == [first, b"data: [DONE]\n\n", b""]
+    rewriter = SSERewriter(ResponseOptions())
+    sent = [rewriter.feed(first), rewriter.feed(b"data: [DONE]\n\n"), rewriter.feed(b'data: {"x'), rewriter.finish()]
+    assert sent == [first, b"data: [DONE]\n\n", b"", b'data: {"x']
+
+
+def test_a_reasoning_key_spelt_with_an_escape_is_read_however_the_event_comes() -> None:
+    # "\u0072easoning" is "reasoning": its bytes do not show the word, so an event with an escape is decoded
+    escaped = b'data: {"id":"g","choices":[{"index":0,"delta":{"\\u0072easoning":"r"},"finish_reason":null}]}\n\n'
+    events = [_chunk(0, {"content": "x"}), escaped, _chunk(0, {"content": "y"}), b"data: [DONE]\n\n"]
+    out = _run(SSERewriter(ResponseOptions()), events)
+    assert out == _run(ReferenceRewriter(ResponseOptions()), [b"".join(events)])
+    assert _deltas(out)[1:] == [
+        ("g", 0, {"reasoning": "r", "reasoning_details": [{"type": "reasoning.text", "text": "r", "index": 0}]}),
+        ("g", 0, {"reasoning_details": [{"type": "reasoning.text", "format": "unknown", "index": 0}]}),
+        ("g", 0, {"reasoning_details": []}),
+        ("g", 0, {"content": "y"}),
+    ]
+
+
+def test_visible_reasoning_beside_an_encrypted_fragment_becomes_its_own_detail_before_it() -> None:
+    # the fast path of a fragment without text takes none beside visible reasoning: the plain text becomes a
+    # reasoning.text detail, and the encrypted one follows it at the next index, byte for byte
+    chunk = _chunk(0, {"reasoning": "t", "reasoning_details": [{"type": "reasoning.encrypted", "data": "E"}]})
+    out = _run(SSERewriter(ResponseOptions()), [chunk, b"data: [DONE]\n\n"])
+    assert out == _run(ReferenceRewriter(ResponseOptions()), [chunk + b"data: [DONE]\n\n"])
+    assert _deltas(out) == [
+        ("g", 0, {"reasoning": "t", "reasoning_details": [{"type": "reasoning.text", "text": "t", "index": 0}]}),
+        (
+            "g",
+            0,
+            {
+                "reasoning_details": [
+                    {"type": "reasoning.text", "format": "unknown", "index": 0},
+                    {"type": "reasoning.encrypted", "data": "E", "index": 1},
+                ]
+            },
+        ),
+        ("g", 0, {"reasoning_details": []}),
+    ]
 
 
 def test_the_chunks_that_close_reasoning_take_the_envelope_of_the_chunk_they_go_before() -> None:

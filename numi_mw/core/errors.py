@@ -112,7 +112,7 @@ def upstream_error_body(status: int, body: bytes) -> dict[str, Any]:
     client reads only that shape (``docs/errors.md``).
 
     Args:
-        status: the upstream's HTTP status (400 to 599), which the answer keeps.
+        status: the upstream's HTTP status, 400 or more, which the answer keeps.
         body: the upstream's body (bytes, decoded of its ``content-encoding``), read as UTF-8 with replacement
             characters.
 
