@@ -168,6 +168,7 @@ def test_an_upstream_errors_text_is_kept_to_a_thousand_characters() -> None:
         (404, "application/json", b'{"detail":"Not Found"}'),
         (500, "application/json", b'{"error":"boom"}'),  # an error that is a string is no error object
         (529, "text/event-stream", b""),
+        (502, "application/json", b"\xef\xbb\xbf" * 5000 + b"{}"),  # one byte order mark is ignored, no more
     ],
 )
 def test_a_translated_wire_apis_error_answer_reaches_the_client_as_the_openai_style_body(

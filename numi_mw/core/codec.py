@@ -112,12 +112,18 @@ def decode_lenient(data: bytes) -> Any:
     try:
         return decoder.decode(data)
     except (msgspec.DecodeError, RecursionError):
-        if data.startswith(_UTF8_BOM):
-            return decode_lenient(data[len(_UTF8_BOM) :])
-        return decode_fallback(data)
+        pass
+    if data.startswith(_UTF8_BOM):  # one, as RFC 8259 allows: a second is no JSON
+        data = data[len(_UTF8_BOM) :]
+        try:
+            return decoder.decode(data)
+        except (msgspec.DecodeError, RecursionError):
+            pass
+    return decode_fallback(data)
 
 
 _UTF8_BOM: Final = b"\xef\xbb\xbf"
+"""UTF-8's byte order mark, which ``decode_lenient`` ignores before the JSON text."""
 
 
 def decode_fallback(data: bytes) -> Any:

@@ -132,22 +132,17 @@ def choose_rewriter(
     if content_encoding is not None and content_encoding.strip().lower() not in decoded:
         return None
     adapter = WIRE_APIS.get(options.wire_api)
-    if not content_type:
-        # a translated wire API's answer must be translated: one that is not JSON becomes a 502, an error the
-        # OpenAI-style error body
-        if adapter is None:
-            return None
-        if 200 <= status < 300:
-            return NativeJSONRewriter(options, adapter)
-        return NativeJSONRewriter(options, adapter, error=status) if status >= 400 else None
-    media = _MEDIA.get(content_type)  # the common spellings, without parsing
-    if media is None:
+    media = _MEDIA.get(content_type, "") if content_type else ""  # the common spellings, without parsing
+    if not media and content_type:
         media = content_type.split(";", 1)[0].strip().lower()
     json = media == "application/json" or media.endswith("+json")
     if not 200 <= status < 300:
+        # a translated wire API's error becomes the OpenAI-style error body (its client reads no other)
         if adapter is not None and (json or status >= 400):
             return NativeJSONRewriter(options, adapter, error=status)
         return None
+    if not media:  # a translated wire API's answer must be translated: one that is not JSON becomes a 502
+        return NativeJSONRewriter(options, adapter) if adapter is not None else None
     if media == "text/event-stream":
         return SSERewriter(options) if adapter is None else NativeSSERewriter(options, adapter)
     if adapter is not None:
