@@ -17,16 +17,25 @@ EFFORT_BUDGETS: dict[str, int] = {
 """Thinking budget in tokens for each named effort (Anthropic's minimum budget is 1,024 tokens)."""
 
 
+def positive_tokens(value: object) -> int | None:
+    """``value`` as a count of tokens when it is a positive whole number as JSON writes one (``1500``, or ``1500.0``
+    and ``1e3``, which become ints), else ``None`` (a boolean, a fraction, zero or less, any other type)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
 def output_limit(body: dict[str, object]) -> int | None:
     """The request's total output limit in tokens: the smaller of ``max_tokens`` and ``max_completion_tokens``
-    where each is a positive whole number (``1500`` or ``1500.0``; a ``null`` one counts as absent), else
-    ``None`` (no limit known)."""
-    limits: list[int] = []
-    for value in (body.get("max_tokens"), body.get("max_completion_tokens")):
-        if isinstance(value, float) and value.is_integer():  # 1500.0 or 1e3: a whole number of tokens
-            value = int(value)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            limits.append(value)
+    where each is a positive whole number (``positive_tokens``; a ``null`` one counts as absent), else ``None``
+    (no limit known)."""
+    limits = [
+        tokens
+        for value in (body.get("max_tokens"), body.get("max_completion_tokens"))
+        if (tokens := positive_tokens(value)) is not None
+    ]
     return min(limits) if limits else None
 
 

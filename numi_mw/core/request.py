@@ -24,7 +24,7 @@ import msgspec
 
 from numi_mw.core import codec, spliced
 from numi_mw.core.adapters import WIRE_APIS, RequestFacts, Translation
-from numi_mw.core.budget import output_limit
+from numi_mw.core.budget import output_limit, positive_tokens
 from numi_mw.core.catalog import Catalog
 from numi_mw.core.controls import (
     NO_CONTROLS,
@@ -335,10 +335,8 @@ def default_max_tokens(answer: int, controls: ReasoningControls, thinking: Any =
     a budget generated from an effort is added up to a total of ``DEFAULT_MAX_TOKENS_CAP``, where the generated
     budget is then capped one below it."""
     if isinstance(thinking, dict) and thinking.get("type") == "enabled":
-        own = thinking.get("budget_tokens")
-        if isinstance(own, float) and own.is_integer():  # a whole number written as one (``8000.0``)
-            own = int(own)
-        if isinstance(own, int) and not isinstance(own, bool) and own > 0:
+        own = positive_tokens(thinking.get("budget_tokens"))  # (``8000.0`` too)
+        if own is not None:
             return answer + own
     budget = wanted_budget(controls)
     if controls.max_tokens is not None:
@@ -355,10 +353,7 @@ def check_output_limits(data: dict[str, Any]) -> None:
     """
     for key in ("max_tokens", "max_completion_tokens"):
         value = data.get(key)
-        if value is None:
-            continue
-        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-        if isinstance(value, bool) or not whole or value <= 0:
+        if value is not None and positive_tokens(value) is None:
             raise invalid_request(f"{key} must be a positive whole number of tokens.", key)
 
 
