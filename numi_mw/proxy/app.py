@@ -50,7 +50,7 @@ from numi_mw.asgi import (
 from numi_mw.core.adapters import WIRE_APIS, WireAdapter
 from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_listing
 from numi_mw.core.codec import encode
-from numi_mw.core.errors import ApiError, internal_error, model_not_found
+from numi_mw.core.errors import ApiError, model_not_found
 from numi_mw.core.providers import WireApi, infer_provider, provider_rules
 from numi_mw.core.replay import NO_CONTEXT, StreamStates, answer_states, credential_scope, missing_in_body
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
@@ -64,7 +64,7 @@ from numi_mw.core.response import (
 from numi_mw.core.routing import Route, fixed_route
 from numi_mw.core.structs import check_limits
 from numi_mw.core.think import ThinkStart, ThinkTags
-from numi_mw.proxy.ops import Operations, check_ops_prefix
+from numi_mw.proxy.ops import Operations, check_ops_prefix, internal_error_response
 from numi_mw.replay_store import (
     DEFAULT_MAX_VALUE_BYTES,
     DEFAULT_TTL,
@@ -580,12 +580,10 @@ def _json_response(data: Any) -> Response:
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
-    """The answer to a request numi_mw failed on (an exception it did not expect) outside the requests
-    ``ops.Operations`` observes, which answers those itself: the OpenAI-style 500 body (``errors.internal_error``)
-    instead of Starlette's plain text, before a response started; Starlette's ``ServerErrorMiddleware`` then
-    raises the exception again, for the server to log."""
-    error = internal_error()
-    return Response(error.to_bytes(), error.status, {"connection": "close"}, media_type="application/json")
+    """``ops.internal_error_response``, for Starlette's ``ServerErrorMiddleware``, which sends it for a fault outside
+    the requests ``ops.Operations`` observes (those it answers itself) and raises the exception again, for the server
+    to log."""
+    return internal_error_response()
 
 
 def create_app(

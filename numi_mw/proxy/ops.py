@@ -19,12 +19,13 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from numi_mw.asgi import send_error
@@ -271,9 +272,13 @@ class _Readiness:
         return probes
 
 
-_CLOSE: Final = ((b"connection", b"close"),)
-"""The header of a 500 numi_mw answers for its own fault: the server closes the connection after it (the exception
-is raised on to it), and a client told so opens a new one for its next request instead of meeting a reset."""
+def internal_error_response() -> Response:
+    """The answer to a request numi_mw failed on (an exception it did not expect), before a response started: the
+    OpenAI-style 500 (``errors.internal_error``) instead of Starlette's plain text, with ``connection: close``. The
+    exception is raised on to the server, which logs it and closes the connection; a client told so opens a new
+    one for its next request instead of meeting a reset."""
+    error = internal_error()
+    return Response(error.to_bytes(), error.status, {"connection": "close"}, media_type="application/json")
 
 
 class Operations:
@@ -349,7 +354,7 @@ class Operations:
         except Exception:
             if status == 0:  # sent from here, so that the access line and the metrics count its bytes
                 with contextlib.suppress(Exception):  # a client gone: the fault is still raised, for the log
-                    await send_error(observing_send, internal_error(), _CLOSE)
+                    await internal_error_response()(scope, counting_receive, observing_send)
                 status = 500
             raise
         finally:
