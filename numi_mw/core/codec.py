@@ -11,7 +11,7 @@ import enum
 import json
 import math
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
@@ -113,17 +113,13 @@ def decode_lenient(data: bytes) -> Any:
         return decoder.decode(data)
     except (msgspec.DecodeError, RecursionError):
         pass
-    if data.startswith(_UTF8_BOM):  # one, as RFC 8259 allows: a second is no JSON
-        data = data[len(_UTF8_BOM) :]
+    if data.startswith(codecs.BOM_UTF8):  # one, as RFC 8259 allows: a second is no JSON
+        data = data[len(codecs.BOM_UTF8) :]
         try:
             return decoder.decode(data)
         except (msgspec.DecodeError, RecursionError):
             pass
     return decode_fallback(data)
-
-
-_UTF8_BOM: Final = b"\xef\xbb\xbf"
-"""UTF-8's byte order mark, which ``decode_lenient`` ignores before the JSON text."""
 
 
 def decode_fallback(data: bytes) -> Any:

@@ -25,13 +25,14 @@ chosen for a byte-faithful proxy rather than a browser:
 
 from __future__ import annotations
 
+import codecs
 import sys
 
 from numi_mw.core.structs import SSEEvent
 
 __all__ = ["EventTooLarge", "SSEDecoder", "SSEEvent", "encode_event", "replace_data", "terminate_event"]
 
-_BOM = b"\xef\xbb\xbf"
+_BOM = codecs.BOM_UTF8
 _LF = 0x0A
 _CR = 0x0D
 _SPACE = 0x20
