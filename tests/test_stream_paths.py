@@ -333,8 +333,9 @@ def test_an_event_passed_as_its_bytes_before_any_decode_still_ends_the_stream_at
 
 def test_a_reasoning_key_spelt_with_an_escape_is_read_however_the_event_comes() -> None:
     # "\u0072easoning" is "reasoning": its bytes do not show the word, so an event with an escape is decoded
+    # (after an answer's ``\n``, which is passed as its bytes: a backslash alone spells no key)
     escaped = b'data: {"id":"g","choices":[{"index":0,"delta":{"\\u0072easoning":"r"},"finish_reason":null}]}\n\n'
-    events = [_chunk(0, {"content": "x"}), escaped, _chunk(0, {"content": "y"}), b"data: [DONE]\n\n"]
+    events = [_chunk(0, {"content": "x\n"}), escaped, _chunk(0, {"content": "y"}), b"data: [DONE]\n\n"]
     out = _run(SSERewriter(ResponseOptions()), events)
     assert out == _run(ReferenceRewriter(ResponseOptions()), [b"".join(events)])
     assert _deltas(out)[1:] == [

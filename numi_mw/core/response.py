@@ -364,13 +364,14 @@ class SSERewriter:
         if data is not None:
             at = data.find(b"reasoning") if self._prefilter else -1
             # the commonest event of a stream whose reasoning is closed, written out from ``_data`` (a call costs
-            # about a tenth of such an event): it cannot hold a reasoning field, so it goes as it came
+            # about a tenth of such an event): it cannot hold a reasoning field, so it goes as it came; a backslash
+            # that starts no ``\u`` escape (an answer's ``\n``) cannot spell one
             if (
                 at < 0
                 and self._plain
                 and self._head is not None
                 and not self._normalizer.open_reasoning
-                and _BACKSLASH not in data
+                and (_BACKSLASH not in data or data.find(b"\\u") < 0)
                 and data != b"[DONE]"
             ):
                 return chunk
