@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from numi_mw.core.sse import SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
+from numi_mw.core.sse import EventTooLarge, SSEDecoder, SSEEvent, encode_event, replace_data, terminate_event
 
 
 def decode(*chunks: bytes) -> list[SSEEvent]:
@@ -405,6 +405,37 @@ def test_single_data_exact_values() -> None:
         assert decoder.single_data(chunk) is None, chunk
     decoder.feed(b"data: par")
     assert decoder.single_data(b"data: b\n\n") is None  # bytes of an event are buffered
+    assert decoder.feed(b"tial\n\n") == [SSEEvent(raw=b"data: partial\n\n", data=b"partial")]
+
+
+def test_data_lines_exact_values() -> None:
+    decoder = SSEDecoder()
+    assert decoder.data_lines(b"\xef\xbb\xbfdata: a\n\ndata: b\n\n") is None  # a BOM goes to feed, which drops it
+    assert SSEDecoder().data_lines(b"data: a\n\ndata: b\n\n") == [b"a", b"b"]
+    assert decoder.data_lines(b'data: {"a":1}\n\ndata: \n\ndata: [DONE]\n\n') == [b'{"a":1}', b"", b"[DONE]"]
+    assert decoder.data_lines(b"data: one\n\n") == [b"one"]
+    assert decoder.data_lines(b"data:  two\n\ndata: x data: y\n\n") == [b" two", b"x data: y"]
+    for chunk in (
+        b"data: a\n\ndata:b\n\n",  # no space after a colon: split apart by feed, which takes either
+        b"data: a\n\ndata: b\ndata: c\n\n",  # two data lines
+        b"data: a\n\nevent: x\ndata: b\n\n",  # another field
+        b"data: a\n\n: comment\n\n",
+        b"data: a\n\n\ndata: b\n\n",  # a blank line of its own
+        b"data: a\r\n\r\ndata: b\r\n\r\n",  # CR line ends
+        b"data: a\n\ndata: b\rc\n\n",  # a bare CR ends a line
+        b"data: a\n\ndata: b\n",  # the last one not finished
+        b"data: a\n\ndata: b",
+        b"\n\n",
+        b"",
+    ):
+        assert decoder.data_lines(chunk) is None, chunk
+    bounded = SSEDecoder(max_event_bytes=16)
+    over = b"data: a\n\ndata: " + b"x" * 20 + b"\n\n"  # its second event is over the bound: feed refuses it
+    assert bounded.data_lines(over) is None
+    with pytest.raises(EventTooLarge):
+        bounded.feed(over)
+    decoder.feed(b"data: par")
+    assert decoder.data_lines(b"data: b\n\ndata: c\n\n") is None  # bytes of an event are buffered
     assert decoder.feed(b"tial\n\n") == [SSEEvent(raw=b"data: partial\n\n", data=b"partial")]
 
 

@@ -121,9 +121,23 @@ def _streams(folder: str) -> dict[str, bytes]:
     return found
 
 
+def _grouped(events: list[bytes], seed: int = 0) -> list[bytes]:
+    """``events`` in chunks of one to eight whole events, at seeded places (a reader that fell behind)."""
+    rng = random.Random(seed)
+    chunks = []
+    while events:
+        size = rng.randint(1, 8)
+        chunks.append(b"".join(events[:size]))
+        events = events[size:]
+    return chunks
+
+
 def _cuts(body: bytes) -> dict[str, list[bytes]]:
-    """The ways a stream is cut: whole, one event per chunk, one byte per chunk, seeded random cuts."""
-    ways = {"whole": [body], "per event": split_events(body), "1 byte": [body[i : i + 1] for i in range(len(body))]}
+    """The ways a stream is cut: whole, one event per chunk, several whole events per chunk, one byte per chunk,
+    seeded random cuts."""
+    events = split_events(body)
+    ways = {"whole": [body], "per event": events, "1 byte": [body[i : i + 1] for i in range(len(body))]}
+    ways["whole events"] = _grouped(events)
     for seed in range(3):
         rng = random.Random(seed)
         bounds = sorted({0, len(body), *(rng.randrange(len(body) + 1) for _ in range(len(body) // 40 + 1))})
@@ -170,6 +184,14 @@ def test_the_spec_shaped_stream_gives_the_reference_bytes() -> None:
     expected = _run(ReferenceRewriter(options), [b"".join(events)])
     assert _run(SSERewriter(options), events) == expected
     assert b'"index":0' in expected and expected.endswith(b"data: [DONE]\n\n")
+    # runs of one shape inside chunks of several events, and across them, with the reasoning shown and taken out
+    for seed in range(3):
+        assert _run(SSERewriter(options), _grouped(events, seed)) == expected
+    excluded = ResponseOptions(exclude=True)
+    expected = _run(ReferenceRewriter(excluded), [b"".join(events)])
+    assert b"reasoning" not in expected.replace(b"reasoning_tokens", b"")
+    for seed in range(3):
+        assert _run(SSERewriter(excluded), _grouped(events, seed)) == expected
 
 
 NATIVE = {wire: _streams(wire) for wire in WIRE_APIS}

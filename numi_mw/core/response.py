@@ -376,6 +376,9 @@ class SSERewriter:
             ):
                 return chunk
             return self._data(chunk, data, at, None, None)
+        lines = self._decoder.data_lines(chunk)
+        if lines is not None:  # several such events: each as a chunk of its own, without the decoder's events
+            return self._lines(chunk, lines)
         try:
             events = self._decoder.feed(chunk)
         except EventTooLarge as exc:
@@ -383,6 +386,36 @@ class SSERewriter:
         if len(events) == 1:
             return self._event(events[0])
         return b"".join([self._event(event) for event in events])
+
+    def _lines(self, chunk: bytes, lines: list[bytes]) -> bytes:
+        """The bytes to send for ``chunk``, whole events of one ``data: `` line each whose data are ``lines``
+        (``SSEDecoder.data_lines``): each event as ``feed`` takes a chunk of one, a run of one shape included."""
+        sent: list[bytes] = []
+        start = 0
+        for data in lines:
+            end = start + len(data) + 8  # ``data: `` and the blank line
+            raw = chunk[start:end]
+            start = end
+            lead = self._lead
+            if lead is not None:
+                out = lead.rewrite(raw)
+                if out is not None:
+                    sent.append(out)
+                    continue
+                self._lead = None
+            at = data.find(b"reasoning") if self._prefilter else -1
+            if (  # ``feed``'s pass before ``_data``, the same condition
+                at < 0
+                and self._plain
+                and self._head is not None
+                and not self._normalizer.open_reasoning
+                and (_BACKSLASH not in data or data.find(b"\\u") < 0)
+                and data != b"[DONE]"
+            ):
+                sent.append(raw)
+            else:
+                sent.append(self._data(raw, data, at, None, None))
+        return b"".join(sent)
 
     def finish(self) -> bytes:
         """End of the upstream body; return the last bytes to send.
