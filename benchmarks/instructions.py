@@ -26,6 +26,10 @@ Workloads (``--workloads`` picks some):
   (``reasoning.exclude``: reasoning chunks dropped), as the server workloads' request asks (per stream);
 - ``stream.openrouter_2000``: the spec-shaped stream with OpenRouter's answer chunks (``"reasoning": null,
   "reasoning_details": []`` beside ``content``), and ``stream.floor_openrouter_2000`` the same through the floor;
+- ``stream.upstream_40``: the loopback upstream's 40-event stream (``payloads.upstream_stream_events``)
+  with its reasoning excluded, as the server workloads' request asks, one event per ``feed``;
+  ``stream.upstream_40_reads``: the same in two reads of 20 events, as aiohttp hands that stream to the
+  sidecar on loopback (``SSEDecoder.data_lines``);
 - ``stream.deepseek``, ``stream.groq``, ``stream.claude``, ``stream.snowflake``, ``stream.o3``: the recorded streams
   of ``RECORDED`` (DeepSeek reasoner, groq gpt-oss, OpenRouter Claude, Snowflake Claude, OpenRouter o3 with
   encrypted reasoning; ``../shared/fixtures/openai-chat``), cut into events, each through one ``SSERewriter`` (per
@@ -100,6 +104,8 @@ WORKLOADS: dict[str, int] = {
     "stream.spec_2000_excluded": 2,
     "stream.openrouter_2000": 2,
     "stream.floor_openrouter_2000": 2,
+    "stream.upstream_40": 60,
+    "stream.upstream_40_reads": 60,
     "stream.deepseek": 8,
     "stream.floor_deepseek": 8,
     "stream.groq": 60,
@@ -219,6 +225,10 @@ def _workload(name: str) -> Callable[[int], None]:
         events = payloads.split_events(streams[recorded])
     elif name == "stream.think_2000":
         events = payloads.local_stream_events(2000, "tags")
+    elif name.startswith("stream.upstream_40"):
+        events = payloads.upstream_stream_events()
+        if name.endswith("_reads"):
+            events = [b"".join(events[:20]), b"".join(events[20:])]
     elif name.endswith("openrouter_2000"):
         events = payloads.spec_stream_events(2000, empty_fields=True)
     else:
@@ -237,8 +247,8 @@ def _workload(name: str) -> Callable[[int], None]:
     think = name == "stream.think_2000"
     if think:
         options = ResponseOptions(think=ThinkTags())
-    else:  # the spec-shaped stream shown, or with its reasoning excluded (``reasoning.exclude``)
-        options = ResponseOptions(exclude=name == "stream.spec_2000_excluded")
+    else:  # a stream shown, or with its reasoning excluded (``reasoning.exclude``)
+        options = ResponseOptions(exclude=name.startswith(("stream.spec_2000_excluded", "stream.upstream_40")))
 
     def run_streams(n: int) -> None:
         for _ in range(n):
