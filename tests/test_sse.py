@@ -343,6 +343,28 @@ def test_the_fast_path_cuts_the_events_the_line_parser_does(start: bytes, events
         assert decode(*chunks) == expected
 
 
+@settings(max_examples=500, deadline=None)
+@given(
+    start=st.sampled_from([b"", b"data: first\n\n", b": first\n\n", b"data: par"]),
+    events=st.lists(st.one_of(_FRAMED_EVENTS, _FRAMED_EVENTS, _PIECES), max_size=16),
+)
+def test_data_lines_gives_the_events_the_line_parser_does(start: bytes, events: list[bytes]) -> None:
+    """A read of several events cut by ``data_lines``: when it takes the read, each event is one ``data: `` line
+    with that data, as the line parser gives them; when it does not, the decoder is as it was."""
+    decoder = SSEDecoder()
+    decoder.feed(start)
+    chunk = b"".join(events)
+    lines = decoder.data_lines(chunk)
+    line_parser = _line_parser()
+    line_parser.feed(start)
+    expected = line_parser.feed(chunk)
+    if lines is None:
+        assert decoder.feed(chunk) == expected
+    else:
+        assert [SSEEvent(b"data: " + line + b"\n\n", line) for line in lines] == expected
+        assert decoder.between_events() and decoder.held == 0
+
+
 def test_a_first_chunk_of_many_events_is_cut_the_same_with_or_without_a_bom() -> None:
     chunk = b'data: {"a":1}\n\n: ping\n\nevent: e\ndata: 2\n\n'
     expected = [
