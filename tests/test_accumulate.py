@@ -188,6 +188,13 @@ def test_any_split_of_the_bytes_and_decoded_chunks_give_the_same_message(shared_
         by_event.feed_sse(event)
     by_event.finish()
     assert by_event.message() == whole
+    events = split_events(body)
+    for size in (2, 5):  # several whole events per call (``SSEDecoder.data_lines`` where all are data lines)
+        grouped = Accumulator()
+        for at in range(0, len(events), size):
+            grouped.feed_sse(b"".join(events[at : at + size]))
+        grouped.finish()
+        assert grouped.message() == whole
     decoded = Accumulator()
     for chunk in sse_chunks(body):
         decoded.feed_chunk(chunk)

@@ -425,6 +425,11 @@ class Accumulator:
         if single is not None:
             self._data(single)
             return
+        lines = decoder.data_lines(data)  # several such events read at once
+        if lines is not None:
+            for line in lines:
+                self._data(line)
+            return
         try:
             events = decoder.feed(data)
         except EventTooLarge as exc:
