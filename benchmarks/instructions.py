@@ -37,7 +37,8 @@ Workloads (``--workloads`` picks some):
   ``stream.floor_o3`` the same streams through the floor, as for ``stream.floor_2000``;
 - ``stream.anthropic_messages``, ``stream.openai_responses``: the recorded stream of each translated wire API
   (``payloads.NATIVE_STREAMS``), one event per chunk, through one ``NativeSSERewriter`` (per stream), as the
-  ``stream.adapter.*`` rows time it.
+  ``stream.adapter.*`` rows time it; ``stream.anthropic_messages_reads``, ``stream.openai_responses_reads``: the
+  same in reads of 10 events (``SSEDecoder.framed_lines``).
 
 Server workloads count a whole server process per request instead (``SERVER_WORKLOADS``): the process runs under
 callgrind in front of ``benchmarks.upstream``, and a client in this process sends it ``N`` requests and then ``2N``,
@@ -118,6 +119,8 @@ WORKLOADS: dict[str, int] = {
     "stream.floor_o3": 20,
     "stream.anthropic_messages": 20,
     "stream.openai_responses": 4,
+    "stream.anthropic_messages_reads": 20,
+    "stream.openai_responses_reads": 4,
 }
 """Each workload with its ``N`` (iterations of the shorter run)."""
 
@@ -201,14 +204,17 @@ def _workload(name: str) -> Callable[[int], None]:
                 await call_asgi(app, scope, body)
 
         return lambda n: asyncio.run(calls(n))
-    wire = NATIVE.get(name)
+    wire = NATIVE.get(name.removesuffix("_reads"))
     if wire is not None:
         from benchmarks.inprocess import _numi_native
 
         native = payloads.native_streams()
         if wire not in native:
             raise SystemExit(f"{name} needs ../shared/fixtures/{payloads.NATIVE_STREAMS[wire]}")
-        translate = _numi_native(wire, payloads.split_events(native[wire]))
+        events = payloads.split_events(native[wire])
+        if name.endswith("_reads"):
+            events = [b"".join(events[at : at + 10]) for at in range(0, len(events), 10)]
+        translate = _numi_native(wire, events)
         if not translate().endswith(b"data: [DONE]\n\n"):
             raise RuntimeError(f"{name}: the stream was not translated whole")
 

@@ -365,6 +365,30 @@ def test_data_lines_gives_the_events_the_line_parser_does(start: bytes, events: 
         assert decoder.between_events() and decoder.held == 0
 
 
+@settings(max_examples=500, deadline=None)
+@given(
+    start=st.sampled_from([b"", b"event: e\ndata: first\n\n", b": first\n\n", b"event: par"]),
+    events=st.lists(st.one_of(_FRAMED_EVENTS, _FRAMED_EVENTS, _PIECES), max_size=16),
+)
+def test_framed_lines_gives_the_data_the_line_parser_does(start: bytes, events: list[bytes]) -> None:
+    """A read of several events cut by ``framed_lines``: when it takes the read, each event is one ``data:`` line
+    after at most one ``event:`` line, with that data, as the line parser gives them; when it does not, the
+    decoder is as it was."""
+    decoder = SSEDecoder()
+    decoder.feed(start)
+    chunk = b"".join(events)
+    lines = decoder.framed_lines(chunk)
+    line_parser = _line_parser()
+    line_parser.feed(start)
+    expected = line_parser.feed(chunk)
+    if lines is None:
+        assert decoder.feed(chunk) == expected
+    else:
+        assert [event.data for event in expected] == lines
+        assert all(event.raw.count(b"\n") <= 3 and not event.is_comment_only for event in expected)
+        assert decoder.between_events() and decoder.held == 0
+
+
 def test_a_first_chunk_of_many_events_is_cut_the_same_with_or_without_a_bom() -> None:
     chunk = b'data: {"a":1}\n\n: ping\n\nevent: e\ndata: 2\n\n'
     expected = [
@@ -459,6 +483,36 @@ def test_data_lines_exact_values() -> None:
     decoder.feed(b"data: par")
     assert decoder.data_lines(b"data: b\n\ndata: c\n\n") is None  # bytes of an event are buffered
     assert decoder.feed(b"tial\n\n") == [SSEEvent(raw=b"data: partial\n\n", data=b"partial")]
+
+
+def test_framed_lines_exact_values() -> None:
+    decoder = SSEDecoder()
+    assert decoder.framed_lines(b"\xef\xbb\xbfevent: x\ndata: a\n\n") is None  # a BOM goes to feed
+    chunk = b'event: ping\ndata: {"type": "ping"}\n\nevent:x\ndata:y\n\ndata:  two\n\nevent: x\ndata:\n\n'
+    assert SSEDecoder().framed_lines(chunk) == [b'{"type": "ping"}', b"y", b" two", b""]
+    assert decoder.framed_lines(b"data: [DONE]\n\n") == [b"[DONE]"]
+    for chunk in (
+        b"event: x\n\ndata: a\n\n",  # no data
+        b"event: x\ndata: a\ndata: b\n\n",  # two data lines
+        b"event: x\nevent: y\ndata: a\n\n",  # two event lines
+        b"data: a\nevent: x\n\n",  # the event line after the data
+        b"event: x\nid: 1\ndata: a\n\n",  # another field
+        b"data: a\n\n: ping\n\n",  # a comment
+        b"data: a\n\n\ndata: b\n\n",  # a blank line of its own
+        b"event: x\r\ndata: a\r\n\r\n",  # CR line ends
+        b"data: a\n\nevent: x\ndata: b\n",  # the last one not finished
+        b"\n\n",
+        b"",
+    ):
+        assert decoder.framed_lines(chunk) is None, chunk
+    bounded = SSEDecoder(max_event_bytes=16)
+    over = b"data: a\n\ndata: " + b"x" * 20 + b"\n\n"  # its second event is over the bound: feed refuses it
+    assert bounded.framed_lines(over) is None
+    with pytest.raises(EventTooLarge):
+        bounded.feed(over)
+    decoder.feed(b"event: x\ndata: par")
+    assert decoder.framed_lines(b"data: b\n\n") is None  # bytes of an event are buffered
+    assert decoder.feed(b"tial\n\n") == [SSEEvent(raw=b"event: x\ndata: partial\n\n", data=b"partial", event="x")]
 
 
 def test_framed_data_exact_values() -> None:

@@ -212,7 +212,8 @@ def test_a_translated_stream_gives_the_general_paths_bytes_however_it_is_cut(wir
             made._normalizer = general_path_only()
         return made
 
-    expected = _run(rewriter(True), [body])
+    # cut after its first byte, the reference goes through the decoder's line parser, none of its fast paths
+    expected = _run(rewriter(True), [body[:1], body[1:]])
     assert expected.startswith(b"data: {")
     for way, pieces in _cuts(body).items():
         assert _run(rewriter(False), pieces) == expected, way

@@ -772,6 +772,14 @@ class NativeSSERewriter:
         data = self._decoder.framed_data(chunk)  # one whole event, as upstreams send them
         if data is not None:
             return self._data(data)
+        lines = self._decoder.framed_lines(chunk)  # several such events read at once
+        if lines is not None:
+            out: list[bytes] = []
+            for data in lines:
+                if self._done:
+                    break
+                out.append(self._data(data))
+            return b"".join(out)
         try:
             events = self._decoder.feed(chunk)
         except EventTooLarge as exc:

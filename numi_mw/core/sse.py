@@ -205,6 +205,31 @@ class SSEDecoder:
         self._at_start = False
         return chunk[data + 6 : end] if chunk[data + 5] == _SPACE else chunk[data + 5 : end]
 
+    def framed_lines(self, chunk: bytes) -> list[bytes] | None:
+        """The data of each event of ``chunk`` when it is nothing but whole events of one ``data:`` line each, after
+        at most one ``event:`` line (Anthropic's and OpenAI's framing), in order, else ``None``.
+
+        ``framed_data`` for a read that holds several events, for a reader that reads no event name: as
+        ``data_lines``, taken only at an event boundary, for a ``chunk`` without ``\\r`` within the event bound,
+        and when it returns ``None`` nothing was consumed. A chunk with a comment, any other field, a blank line of
+        its own or an event of another form goes to ``feed``."""
+        if not (
+            chunk.endswith(b"\n\n")
+            and _CR not in chunk
+            and not self._buf
+            and len(chunk) <= self._limit
+            and chunk.startswith((b"event:", b"data:"))  # (a stream's first byte then starts no BOM)
+        ):
+            return None
+        lines: list[bytes] = []
+        for event in chunk[:-2].split(b"\n\n"):
+            start = event.find(_LF) + 1 if event.startswith(b"event:") else 0
+            if not event.startswith(b"data:", start) or event.find(_LF, start) >= 0:
+                return None  # (``start`` 0 after an ``event:`` line alone: it does not start ``data:``)
+            lines.append(event[start + 6 :] if event.startswith(b" ", start + 5) else event[start + 5 :])
+        self._at_start = False
+        return lines
+
     def _feed_simple(self, chunk: bytes) -> list[SSEEvent]:
         """The fast path for a chunk that starts at an event boundary and has no ``\\r``: each complete event of
         one ``data:`` line, of an ``event:`` line and a ``data:`` line (Anthropic's and OpenAI's framing), of one
