@@ -365,7 +365,8 @@ class SSERewriter:
             at = data.find(b"reasoning") if self._prefilter else -1
             # the commonest event of a stream whose reasoning is closed, written out from ``_data`` (a call costs
             # about a tenth of such an event): it cannot hold a reasoning field, so it goes as it came; a backslash
-            # that starts no ``\u`` escape (an answer's ``\n``) cannot spell one
+            # that starts no ``\u`` escape (an answer's ``\n``) cannot spell one (``_lines`` asks the same of each
+            # event of a read of several)
             if (
                 at < 0
                 and self._plain
@@ -404,7 +405,8 @@ class SSERewriter:
                     continue
                 self._lead = None
             at = data.find(b"reasoning") if self._prefilter else -1
-            if (  # ``feed``'s pass before ``_data``, the same condition
+            if (  # ``feed``'s pass before ``_data``, the same condition, written out as there (a method for it
+                # cost OpenRouter's o3 stream 6 % more instructions, Snowflake's 2 %)
                 at < 0
                 and self._plain
                 and self._head is not None
