@@ -379,6 +379,7 @@ class SSERewriter:
             return self._data(chunk, data, at, None, None)
         lines = self._decoder.data_lines(chunk)
         if lines is not None:  # several such events: each as a chunk of its own, without the decoder's events
+            self._lead = lead  # (a run goes on into the read's first event)
             return self._lines(chunk, lines)
         try:
             events = self._decoder.feed(chunk)
