@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
@@ -343,41 +344,33 @@ def test_the_fast_path_cuts_the_events_the_line_parser_does(start: bytes, events
         assert decode(*chunks) == expected
 
 
+def _one_data_line(event: SSEEvent) -> bool:
+    """Whether ``event`` is one ``data: `` line and its blank line (what ``data_lines`` takes)."""
+    return event.data is not None and event.raw == b"data: " + event.data + b"\n\n"
+
+
+def _framed(event: SSEEvent) -> bool:
+    """Whether ``event`` is one ``data:`` line after at most one ``event:`` line (what ``framed_lines`` takes)."""
+    lines = event.raw.split(b"\n")
+    return event.data is not None and (len(lines) == 3 or (len(lines) == 4 and lines[0].startswith(b"event:")))
+
+
+@pytest.mark.parametrize(("method", "form"), [("data_lines", _one_data_line), ("framed_lines", _framed)])
 @settings(max_examples=500, deadline=None)
 @given(
-    start=st.sampled_from([b"", b"data: first\n\n", b": first\n\n", b"data: par"]),
+    start=st.sampled_from([b"", b"data: first\n\n", b"event: e\ndata: first\n\n", b": first\n\n", b"event: par"]),
     events=st.lists(st.one_of(_FRAMED_EVENTS, _FRAMED_EVENTS, _PIECES), max_size=16),
 )
-def test_data_lines_gives_the_events_the_line_parser_does(start: bytes, events: list[bytes]) -> None:
-    """A read of several events cut by ``data_lines``: when it takes the read, each event is one ``data: `` line
-    with that data, as the line parser gives them; when it does not, the decoder is as it was."""
+def test_a_read_of_several_events_gives_the_data_the_line_parser_does(
+    method: str, form: Callable[[SSEEvent], bool], start: bytes, events: list[bytes]
+) -> None:
+    """A read of several events cut by ``data_lines`` or ``framed_lines``: when it takes the read, each event is of
+    the form it takes, with that data, as the line parser gives them, and the decoder holds nothing; when it does
+    not, the decoder is as it was."""
     decoder = SSEDecoder()
     decoder.feed(start)
     chunk = b"".join(events)
-    lines = decoder.data_lines(chunk)
-    line_parser = _line_parser()
-    line_parser.feed(start)
-    expected = line_parser.feed(chunk)
-    if lines is None:
-        assert decoder.feed(chunk) == expected
-    else:
-        assert [SSEEvent(b"data: " + line + b"\n\n", line) for line in lines] == expected
-        assert decoder.between_events() and decoder.held == 0
-
-
-@settings(max_examples=500, deadline=None)
-@given(
-    start=st.sampled_from([b"", b"event: e\ndata: first\n\n", b": first\n\n", b"event: par"]),
-    events=st.lists(st.one_of(_FRAMED_EVENTS, _FRAMED_EVENTS, _PIECES), max_size=16),
-)
-def test_framed_lines_gives_the_data_the_line_parser_does(start: bytes, events: list[bytes]) -> None:
-    """A read of several events cut by ``framed_lines``: when it takes the read, each event is one ``data:`` line
-    after at most one ``event:`` line, with that data, as the line parser gives them; when it does not, the
-    decoder is as it was."""
-    decoder = SSEDecoder()
-    decoder.feed(start)
-    chunk = b"".join(events)
-    lines = decoder.framed_lines(chunk)
+    lines = getattr(decoder, method)(chunk)
     line_parser = _line_parser()
     line_parser.feed(start)
     expected = line_parser.feed(chunk)
@@ -385,7 +378,7 @@ def test_framed_lines_gives_the_data_the_line_parser_does(start: bytes, events: 
         assert decoder.feed(chunk) == expected
     else:
         assert [event.data for event in expected] == lines
-        assert all(event.raw.count(b"\n") <= 3 and not event.is_comment_only for event in expected)
+        assert all(map(form, expected))
         assert decoder.between_events() and decoder.held == 0
 
 
@@ -475,14 +468,6 @@ def test_data_lines_exact_values() -> None:
         b"",
     ):
         assert decoder.data_lines(chunk) is None, chunk
-    bounded = SSEDecoder(max_event_bytes=16)
-    over = b"data: a\n\ndata: " + b"x" * 20 + b"\n\n"  # its second event is over the bound: feed refuses it
-    assert bounded.data_lines(over) is None
-    with pytest.raises(EventTooLarge):
-        bounded.feed(over)
-    decoder.feed(b"data: par")
-    assert decoder.data_lines(b"data: b\n\ndata: c\n\n") is None  # bytes of an event are buffered
-    assert decoder.feed(b"tial\n\n") == [SSEEvent(raw=b"data: partial\n\n", data=b"partial")]
 
 
 def test_framed_lines_exact_values() -> None:
@@ -505,13 +490,18 @@ def test_framed_lines_exact_values() -> None:
         b"",
     ):
         assert decoder.framed_lines(chunk) is None, chunk
+
+
+@pytest.mark.parametrize("method", ["data_lines", "framed_lines"])
+def test_a_read_of_several_events_over_the_bound_or_after_held_bytes_goes_to_feed(method: str) -> None:
     bounded = SSEDecoder(max_event_bytes=16)
     over = b"data: a\n\ndata: " + b"x" * 20 + b"\n\n"  # its second event is over the bound: feed refuses it
-    assert bounded.framed_lines(over) is None
+    assert getattr(bounded, method)(over) is None
     with pytest.raises(EventTooLarge):
         bounded.feed(over)
+    decoder = SSEDecoder()
     decoder.feed(b"event: x\ndata: par")
-    assert decoder.framed_lines(b"data: b\n\n") is None  # bytes of an event are buffered
+    assert getattr(decoder, method)(b"data: b\n\ndata: c\n\n") is None  # bytes of an event are held
     assert decoder.feed(b"tial\n\n") == [SSEEvent(raw=b"event: x\ndata: partial\n\n", data=b"partial", event="x")]
 
 
