@@ -1,13 +1,15 @@
 """The stream rewriters' per-event paths against a reference without any of them, on every recorded stream.
 
-``SSERewriter`` takes an event that comes as one chunk without building an ``SSEEvent``
-(``SSEDecoder.single_data``; ``NativeSSERewriter`` one of an ``event:`` and a ``data:`` line, ``framed_data``), passes an event that cannot hold reasoning as its bytes without decoding it (the
+``SSERewriter`` takes an event that comes as one chunk, and each event of a chunk of several, without building an
+``SSEEvent`` (``SSEDecoder.single_data``, ``data_lines``; ``NativeSSERewriter`` events of an ``event:`` and a
+``data:`` line, ``framed_data``, ``framed_lines``), passes an event that cannot hold reasoning as its bytes without decoding it (the
 prefilter, while no reasoning is open), reads the first chunk's head only when
 the stream breaks off, and normalizes the common chunk on ``ChunkNormalizer``'s fast paths. ``ReferenceRewriter``
 below is the plain algorithm: every chunk through ``SSEDecoder.feed``, every data event decoded in full and
 normalized by the general path only, encoded with msgspec. Both must send the same bytes for every recorded stream
 in ``shared/fixtures`` (chat completion streams, think-tag streams and the translated wire APIs' streams), however
-the stream is cut: whole, one event per chunk, one byte per chunk, and at seeded random places.
+the stream is cut: whole, one event per chunk, several whole events per chunk, one byte per chunk, and at seeded
+random places.
 """
 
 from __future__ import annotations

@@ -341,8 +341,9 @@ class SSERewriter:
         self._first = -1 if options.exclude and options.think is None else 0
         self._repeats = 0
         # the shape, while it rewrote the last event and the decoder held nothing after it: tried on the next
-        # chunk within the event bound before the decoder (``feed``), whose state its rewrites leave as it is, and
-        # on the next event of a chunk the decoder cut into many (``_event``) before the prefilter
+        # chunk within the event bound before the decoder (``feed``), whose state its rewrites leave as it is, on
+        # each event of a read of several data lines, its first included (``_lines``), and on the next event of a
+        # chunk the decoder cut into many (``_event``), before the prefilter
         self._lead: ChunkShape | None = None
         self._max_event = self._decoder.limit
 

@@ -167,7 +167,8 @@ class SSEDecoder:
 
         The fast path for a read that holds several events (a reader that falls behind gets the events that came
         meanwhile in one piece): as ``single_data``, taken only at an event boundary, for a ``chunk`` without
-        ``\\r`` within the event bound, and when it returns ``None`` nothing was consumed. Event ``i`` is
+        ``\\r`` whose whole length is within the event bound (a longer read goes to ``feed``, however short its
+        events), and when it returns ``None`` nothing was consumed. Event ``i`` is
         ``b"data: " + lines[i] + b"\\n\\n"``, so the events' bytes are ``chunk`` cut at those lengths. One split
         finds them, and one count of line ends checks that no event holds another line: a chunk with any other
         field, a comment, a blank line of its own or ``data:`` without its space goes to ``feed``."""
@@ -210,9 +211,9 @@ class SSEDecoder:
         at most one ``event:`` line (Anthropic's and OpenAI's framing), in order, else ``None``.
 
         ``framed_data`` for a read that holds several events, for a reader that reads no event name: as
-        ``data_lines``, taken only at an event boundary, for a ``chunk`` without ``\\r`` within the event bound,
-        and when it returns ``None`` nothing was consumed. A chunk with a comment, any other field, a blank line of
-        its own or an event of another form goes to ``feed``."""
+        ``data_lines``, taken only at an event boundary, for a ``chunk`` without ``\\r`` whose whole length is
+        within the event bound, and when it returns ``None`` nothing was consumed. A chunk with a comment, any
+        other field, a blank line of its own or an event of another form goes to ``feed``."""
         if not (
             chunk.endswith(b"\n\n")
             and _CR not in chunk
