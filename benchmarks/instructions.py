@@ -29,7 +29,8 @@ Workloads (``--workloads`` picks some):
 - ``stream.upstream_40``: the loopback upstream's 40-event stream (``payloads.upstream_stream_events``)
   with its reasoning excluded, as the server workloads' request asks, one event per ``feed``;
   ``stream.upstream_40_reads``: the same in two reads of 20 events, as aiohttp hands that stream to the
-  sidecar on loopback (``SSEDecoder.data_lines``);
+  sidecar on loopback (``SSEDecoder.data_lines``); ``stream.upstream_40_cuts``: the same in eight reads cut at
+  seeded places inside events, as a network may cut a stream;
 - ``stream.deepseek``, ``stream.groq``, ``stream.claude``, ``stream.snowflake``, ``stream.o3``: the recorded streams
   of ``RECORDED`` (DeepSeek reasoner, groq gpt-oss, OpenRouter Claude, Snowflake Claude, OpenRouter o3 with
   encrypted reasoning; ``../shared/fixtures/openai-chat``), cut into events, each through one ``SSERewriter`` (per
@@ -77,7 +78,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -107,6 +110,7 @@ WORKLOADS: dict[str, int] = {
     "stream.floor_openrouter_2000": 2,
     "stream.upstream_40": 60,
     "stream.upstream_40_reads": 60,
+    "stream.upstream_40_cuts": 60,
     "stream.deepseek": 8,
     "stream.floor_deepseek": 8,
     "stream.groq": 60,
@@ -235,6 +239,10 @@ def _workload(name: str) -> Callable[[int], None]:
         events = payloads.upstream_stream_events()
         if name.endswith("_reads"):
             events = [b"".join(events[:20]), b"".join(events[20:])]
+        elif name.endswith("_cuts"):
+            body = b"".join(events)
+            cuts = [0, *sorted(random.Random(1).sample(range(1, len(body)), 7)), len(body)]
+            events = [body[start:end] for start, end in itertools.pairwise(cuts)]
     elif name.endswith("openrouter_2000"):
         events = payloads.spec_stream_events(2000, empty_fields=True)
     else:

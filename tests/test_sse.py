@@ -492,6 +492,26 @@ def test_framed_lines_exact_values() -> None:
         assert decoder.framed_lines(chunk) is None, chunk
 
 
+def test_a_read_that_ends_the_held_event_and_goes_on() -> None:
+    # the held event is ended by the line parser, the rest cut as a read at an event boundary; the events the read
+    # completed are kept past an event over the bound
+    decoder = SSEDecoder()
+    decoder.feed(b"event: e\ndata: a")
+    assert decoder.feed(b"bc\n\ndata: d\n\n: c\n\ndata: par") == [
+        SSEEvent(b"event: e\ndata: abc\n\n", b"abc", "e"),
+        SSEEvent(b"data: d\n\n", b"d"),
+        SSEEvent(b": c\n\n", None, None, None, True),
+    ]
+    assert decoder.feed(b"t\n") == []
+    assert decoder.feed(b"\ndata: e\n\n") == [SSEEvent(b"data: part\n\n", b"part"), SSEEvent(b"data: e\n\n", b"e")]
+    assert decoder.held == 0
+    bounded = SSEDecoder(max_event_bytes=32)
+    bounded.feed(b"data: a")
+    with pytest.raises(EventTooLarge):
+        bounded.feed(b"bc\n\ndata: d\n\ndata: " + b"x" * 40 + b"\n\n")
+    assert bounded.end() == ([SSEEvent(b"data: abc\n\n", b"abc"), SSEEvent(b"data: d\n\n", b"d")], None)
+
+
 @pytest.mark.parametrize("method", ["data_lines", "framed_lines"])
 def test_a_read_of_several_events_over_the_bound_or_after_held_bytes_goes_to_feed(method: str) -> None:
     bounded = SSEDecoder(max_event_bytes=16)

@@ -136,9 +136,35 @@ class SSEDecoder:
         ):
             self._at_start = False
             return self._feed_simple(chunk)
+        if self._simple and self._buf and chunk and _CR not in chunk and _CR not in self._buf:
+            end = self._held_end(chunk)
+            if 0 < end < len(chunk):  # the read ends the held event and goes on: the rest starts at a boundary
+                return self._after_held(chunk, end)
         if chunk:
             self._buf += chunk
         return self._parse(final=False)
+
+    def _held_end(self, chunk: bytes) -> int:
+        """Where in ``chunk`` the event the decoder holds ends (just past its blank line), ``0`` when it does not:
+        line ends are ``\\n`` alone here (neither the held bytes nor ``chunk`` has a ``\\r``), and the held bytes
+        hold no blank line (it would have ended the event)."""
+        if self._buf[-1] == _LF and chunk[0] == _LF:
+            return 1
+        end = chunk.find(b"\n\n")
+        return end + 2 if end >= 0 else 0
+
+    def _after_held(self, chunk: bytes, end: int) -> list[SSEEvent]:
+        """``feed`` for a read whose first ``end`` bytes end the event the decoder holds (a read that began inside an
+        event, as a large one comes): those through the line parser, the rest as a read at an event boundary, so that
+        a stream read at other places than its events' ends does not go whole through the line parser."""
+        self._buf += chunk[:end]
+        events = self._parse(final=False)  # the held event, whole: nothing is held after it
+        try:
+            events += self.feed(chunk[end:])
+        except EventTooLarge:
+            self._ready[:0] = events
+            raise
+        return events
 
     def single_data(self, chunk: bytes) -> bytes | None:
         """The data of ``chunk`` when it is exactly one whole event of one ``data:`` line, else ``None``.
