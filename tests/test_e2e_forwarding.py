@@ -74,12 +74,19 @@ class RawUpstream:
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._open = 0  # connections being served: not closed yet
+        self._served = threading.Condition()
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def reset(self, handler: Handler) -> None:
+        # the connections served before are closed first (for at most a second): this server closes each after its
+        # answer without saying so, and a sidecar that pooled one could otherwise reuse it as it closes, on a
+        # loaded machine, and read no answer
+        with self._served:
+            self._served.wait_for(lambda: self._open == 0, timeout=1.0)
         self.handler = handler
         self.received.clear()
         self.closed.clear()
@@ -93,15 +100,22 @@ class RawUpstream:
             threading.Thread(target=self._one, args=(conn,), daemon=True).start()
 
     def _one(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(WAIT)
-            request = read_request(conn)
-            if not request:
-                return
-            self.requests.append(request)
-            self.received.set()
-            with contextlib.suppress(OSError):
-                self.handler(conn, request)
+        with self._served:
+            self._open += 1
+        try:
+            with conn:
+                conn.settimeout(WAIT)
+                request = read_request(conn)
+                if not request:
+                    return
+                self.requests.append(request)
+                self.received.set()
+                with contextlib.suppress(OSError):
+                    self.handler(conn, request)
+        finally:
+            with self._served:
+                self._open -= 1
+                self._served.notify_all()
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RawUpstream]:
