@@ -136,7 +136,7 @@ class SSEDecoder:
         ):
             self._at_start = False
             return self._feed_simple(chunk)
-        if self._simple and self._buf and chunk and _CR not in chunk and _CR not in self._buf:
+        if self._simple and self._buf and chunk and _CR not in chunk:
             end = self._held_end(chunk)
             if 0 < end < len(chunk):  # the read ends the held event and goes on: the rest starts at a boundary
                 return self._after_held(chunk, end)
@@ -145,9 +145,10 @@ class SSEDecoder:
         return self._parse(final=False)
 
     def _held_end(self, chunk: bytes) -> int:
-        """Where in ``chunk`` the event the decoder holds ends (just past its blank line), ``0`` when it does not:
-        line ends are ``\\n`` alone here (neither the held bytes nor ``chunk`` has a ``\\r``), and the held bytes
-        hold no blank line (it would have ended the event)."""
+        """Where in ``chunk``, which has no ``\\r``, the event the decoder holds ends (just past its blank line), ``0``
+        when it does not. The held bytes hold no blank line (it would have ended the event), and a ``\\n`` after a
+        line end is one whatever ended the line before (``\\n``, ``\\r\\n`` or a held ``\\r``). The held bytes are
+        not searched, so that an event of many reads costs no more than its bytes."""
         if self._buf[-1] == _LF and chunk[0] == _LF:
             return 1
         end = chunk.find(b"\n\n")
