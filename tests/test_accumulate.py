@@ -177,7 +177,7 @@ def test_read_as_it_is_the_openrouter_placeholder_is_a_detail_of_its_own(shared_
 def test_any_split_of_the_bytes_and_decoded_chunks_give_the_same_message(shared_dir: Path) -> None:
     body = body_of(shared_dir, OPENROUTER)
     whole = accumulated(body).message()
-    for step in (1, 7, 300):
+    for step in (1, 7, 300, 1448):
         accumulator = Accumulator()
         for at in range(0, len(body), step):
             accumulator.feed_sse(body[at : at + step])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
@@ -510,6 +511,132 @@ def test_a_read_that_ends_the_held_event_and_goes_on() -> None:
     with pytest.raises(EventTooLarge):
         bounded.feed(b"bc\n\ndata: d\n\ndata: " + b"x" * 40 + b"\n\n")
     assert bounded.end() == ([SSEEvent(b"data: abc\n\n", b"abc"), SSEEvent(b"data: d\n\n", b"d")], None)
+
+
+def test_split_read_exact_values() -> None:
+    decoder = SSEDecoder()
+    # at an event boundary: the whole events, and the start of the next, which feed holds
+    assert decoder.split_read(b"data: a\n\ndata: b\n\ndata: pa") == (b"data: a\n\ndata: b\n\n", b"data: pa")
+    assert decoder.split_read(b"data: pa") == (b"", b"data: pa")
+    assert decoder.split_read(b"data: a\n") == (b"", b"data: a\n")
+    assert decoder.held == 0  # nothing was consumed
+    for chunk in (
+        b"data: a\n\ndata: b\n\n",  # whole events at both ends: for data_lines, or for feed
+        b": ping\n\n",
+        b"data: a\r\n\r\ndata: pa",  # CR line ends
+        b"",
+    ):
+        assert decoder.split_read(chunk) is None, chunk
+    # a read that ends the held event: the event's bytes and the read, and the decoder lets go of the event
+    decoder.feed(b"event: e\ndata: a")
+    assert decoder.split_read(b"bc\n\ndata: d\n\ndata: e") == (b"event: e\ndata: abc\n\ndata: d\n\n", b"data: e")
+    assert decoder.held == 0
+    assert decoder.feed(b"data: e") == []
+    assert decoder.feed(b"\n\n") == [SSEEvent(b"data: e\n\n", b"e")]
+    decoder.feed(b"data: a\n")  # a line end held, the blank line in the read
+    assert decoder.split_read(b"\ndata: b") == (b"data: a\n\n", b"data: b")
+    assert decoder.feed(b"data: b") == []
+    assert decoder.split_read(b"c") is None  # the read does not end the held event
+    assert decoder.feed(b"c\n\n") == [SSEEvent(b"data: bc\n\n", b"bc")]
+    decoder.feed(b"data: a\r")  # the held bytes have a CR: for feed
+    assert decoder.split_read(b"\n\ndata: b") is None
+    assert decoder.feed(b"\n\ndata: b") == [SSEEvent(b"data: a\r\n\n", b"a")]
+
+
+def test_split_read_keeps_a_dropped_bom_and_the_bound() -> None:
+    decoder = SSEDecoder()
+    decoder.feed(b"\xef\xbb\xbfdata: a\n")  # the stream's BOM, dropped once its first line ended
+    assert decoder.split_read(b"\ndata: b\n\n") is None  # read again, the BOM would open a field name
+    assert decoder.feed(b"\ndata: b\n\n") == [
+        SSEEvent(b"\xef\xbb\xbfdata: a\n\n", b"a"),
+        SSEEvent(b"data: b\n\n", b"b"),
+    ]
+    decoder = SSEDecoder()
+    decoder.feed(b"\xef\xbb\xbfdata: a")  # no line end yet: the BOM is still to drop, read again or not
+    assert decoder.split_read(b"\n\n") == (b"\xef\xbb\xbfdata: a\n\n", b"")
+    assert decoder.feed(b"\xef\xbb\xbfdata: a\n\n") == [SSEEvent(b"\xef\xbb\xbfdata: a\n\n", b"a")]
+    bounded = SSEDecoder(max_event_bytes=16)
+    assert bounded.split_read(b"data: a\n\ndata: " + b"x" * 10) == (b"data: a\n\n", b"data: " + b"x" * 10)
+    assert bounded.split_read(b"data: a\n\ndata: " + b"x" * 20) == (b"", b"data: a\n\ndata: " + b"x" * 20)
+    assert bounded.split_read(b"data: a\n\ndata: b\n\ndata: c\n\nd") == (b"", b"data: a\n\ndata: b\n\ndata: c\n\nd")
+
+
+def decode_as_readers_do(chunks: list[bytes], limit: int | None = None) -> tuple[list[SSEEvent], bool]:
+    """Every event of ``chunks`` as the stream readers take them (``SSERewriter``, ``NativeSSERewriter``,
+    ``Accumulator.feed_sse``): ``single_data``, ``data_lines``, ``split_read`` (its whole events through
+    ``data_lines`` when it takes them, else ``feed``; the rest through ``feed``), else ``feed``; then ``end``. An
+    event a fast path takes is built from its data. Also whether ``EventTooLarge`` ended the stream."""
+    decoder = SSEDecoder(max_event_bytes=limit)
+    events: list[SSEEvent] = []
+
+    def lines(chunk: bytes) -> bool:
+        taken = decoder.data_lines(chunk)
+        events.extend(SSEEvent(b"data: " + line + b"\n\n", line) for line in taken or [])
+        return taken is not None
+
+    try:
+        for chunk in chunks:
+            single = decoder.single_data(chunk)
+            if single is not None:
+                events.append(SSEEvent(chunk, single))
+                continue
+            if lines(chunk):
+                continue
+            split = decoder.split_read(chunk)
+            if split is not None:
+                whole, chunk = split
+                if whole and not lines(whole):
+                    events.extend(decoder.feed(whole))
+            events.extend(decoder.feed(chunk))
+    except EventTooLarge:
+        over = True
+    else:
+        over = False
+    completed, rest = decoder.end()
+    return events + completed + ([rest] if rest is not None else []), over
+
+
+def decode_by_line_parser(chunks: list[bytes], limit: int | None = None) -> tuple[list[SSEEvent], bool]:
+    """``decode_as_readers_do`` on the line parser alone."""
+    decoder = SSEDecoder(max_event_bytes=limit)
+    decoder._simple = False  # (as ``_line_parser``)
+    events: list[SSEEvent] = []
+    try:
+        for chunk in chunks:
+            events.extend(decoder.feed(chunk))
+    except EventTooLarge:
+        over = True
+    else:
+        over = False
+    completed, rest = decoder.end()
+    return events + completed + ([rest] if rest is not None else []), over
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    start=st.sampled_from([b"", b"\xef\xbb\xbf", b"\xef\xbb", b": first\n\n"]),
+    events=st.lists(st.one_of(_FRAMED_EVENTS, _FRAMED_EVENTS, _PIECES), max_size=16),
+    cuts=st.lists(st.integers(0, 600), max_size=8),
+    limit=st.sampled_from([None, None, 8, 16, 32, 64]),
+)
+def test_reads_cut_anywhere_give_the_line_parsers_events(
+    start: bytes, events: list[bytes], cuts: list[int], limit: int | None
+) -> None:
+    """A stream cut anywhere, read as the stream readers read it (``split_read`` among their paths), gives every
+    event, its fields and its bytes, as the line parser does, and ends with ``EventTooLarge`` where it does."""
+    chunks = split_at(start + b"".join(events), cuts)
+    assert decode_as_readers_do(chunks, limit) == decode_by_line_parser(chunks, limit)
+
+
+@pytest.mark.parametrize("folder", ["openai-chat", "anthropic-messages", "openai-responses"])
+def test_recorded_streams_cut_at_seeded_places_give_the_line_parsers_events(shared_dir: Path, folder: str) -> None:
+    for path in sorted((shared_dir / "fixtures" / folder).glob("*.sse")):
+        stream = path.read_bytes()
+        for seed in range(4):
+            rng = random.Random(seed)
+            chunks = split_at(stream, [rng.randrange(len(stream)) for _ in range(len(stream) // 300 + 1)])
+            assert decode_as_readers_do(chunks) == decode_by_line_parser(chunks), (path.name, seed)
+            assert decode_as_readers_do(chunks, 512) == decode_by_line_parser(chunks, 512), (path.name, seed)
 
 
 @pytest.mark.parametrize("method", ["data_lines", "framed_lines"])

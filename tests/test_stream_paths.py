@@ -2,14 +2,15 @@
 
 ``SSERewriter`` takes an event that comes as one chunk, and each event of a chunk of several, without building an
 ``SSEEvent`` (``SSEDecoder.single_data``, ``data_lines``; ``NativeSSERewriter`` events of an ``event:`` and a
-``data:`` line, ``framed_data``, ``framed_lines``), passes an event that cannot hold reasoning as its bytes without decoding it (the
+``data:`` line, ``framed_data``, ``framed_lines``), and the whole events of a read cut inside events the same way
+(``split_read``), passes an event that cannot hold reasoning as its bytes without decoding it (the
 prefilter, while no reasoning is open), reads the first chunk's head only when
 the stream breaks off, and normalizes the common chunk on ``ChunkNormalizer``'s fast paths. ``ReferenceRewriter``
 below is the plain algorithm: every chunk through ``SSEDecoder.feed``, every data event decoded in full and
 normalized by the general path only, encoded with msgspec. Both must send the same bytes for every recorded stream
 in ``shared/fixtures`` (chat completion streams, think-tag streams and the translated wire APIs' streams), however
-the stream is cut: whole, one event per chunk, several whole events per chunk, one byte per chunk, and at seeded
-random places.
+the stream is cut: whole, one event per chunk, several whole events per chunk, one byte per chunk, at seeded
+random places, and in reads of a TCP segment's payload.
 """
 
 from __future__ import annotations
@@ -134,16 +135,25 @@ def _grouped(events: list[bytes], seed: int = 0) -> list[bytes]:
     return chunks
 
 
+def _cut_at(body: bytes, count: int, seed: int) -> list[bytes]:
+    """``body`` cut at ``count`` seeded random places."""
+    rng = random.Random(seed)
+    bounds = sorted({0, len(body), *(rng.randrange(len(body) + 1) for _ in range(count))})
+    return [body[a:b] for a, b in itertools.pairwise(bounds)]
+
+
 def _cuts(body: bytes) -> dict[str, list[bytes]]:
     """The ways a stream is cut: whole, one event per chunk, several whole events per chunk, one byte per chunk,
-    seeded random cuts."""
+    seeded random cuts (most inside events), reads of a TCP segment's payload (1,448 bytes) and seeded cuts about
+    every 300 bytes (reads that end one event, hold several and start the next)."""
     events = split_events(body)
     ways = {"whole": [body], "per event": events, "1 byte": [body[i : i + 1] for i in range(len(body))]}
     ways["whole events"] = _grouped(events)
     for seed in range(3):
-        rng = random.Random(seed)
-        bounds = sorted({0, len(body), *(rng.randrange(len(body) + 1) for _ in range(len(body) // 40 + 1))})
-        ways[f"random {seed}"] = [body[a:b] for a, b in itertools.pairwise(bounds)]
+        ways[f"random {seed}"] = _cut_at(body, len(body) // 40 + 1, seed)
+    ways["segments"] = [body[i : i + 1448] for i in range(0, len(body), 1448)]
+    for seed in range(2):
+        ways[f"reads {seed}"] = _cut_at(body, len(body) // 300 + 1, seed)
     return ways
 
 
@@ -194,6 +204,23 @@ def test_the_spec_shaped_stream_gives_the_reference_bytes() -> None:
     assert b"reasoning" not in expected.replace(b"reasoning_tokens", b"")
     for seed in range(3):
         assert _run(SSERewriter(excluded), _grouped(events, seed)) == expected
+    # runs of one shape across reads cut inside events (the run waits while the decoder holds an event's start)
+    body = b"".join(events)
+    for options in (ResponseOptions(), excluded):
+        expected = _run(ReferenceRewriter(options), [body])
+        for seed in range(3):
+            assert _run(SSERewriter(options), _cut_at(body, len(body) // 700 + 1, seed)) == expected
+
+
+def test_a_run_of_one_shape_waits_while_the_decoder_holds_the_start_of_an_event() -> None:
+    # a read ends with the first line of an event (a comment); the next read is the rest of that event, a chunk the
+    # run's shape would take: it must take it as that event's end, with the comment, not as an event of its own
+    events = spec_stream_events(40)  # its 5th to 22nd chunks are a run of one shape
+    reads = [b"".join(events[:8]) + b": note\n", events[8], *events[9:]]
+    for options in (ResponseOptions(), ResponseOptions(exclude=True)):
+        expected = _run(ReferenceRewriter(options), [b"".join(reads)])
+        assert (b": note\ndata: " in expected) is not options.exclude  # (a reasoning chunk alone goes, excluded)
+        assert _run(SSERewriter(options), reads) == expected
 
 
 NATIVE = {wire: _streams(wire) for wire in WIRE_APIS}

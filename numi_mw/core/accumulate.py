@@ -430,6 +430,17 @@ class Accumulator:
             for line in lines:
                 self._data(line)
             return
+        split = decoder.split_read(data)  # a read cut inside events: its whole events as such a read, then the rest
+        if split is not None:
+            whole, data = split
+            lines = decoder.data_lines(whole) if whole else []
+            if lines is None:
+                self._events(decoder.feed(whole))
+            else:
+                for line in lines:
+                    self._data(line)
+            if not data:
+                return
         try:
             events = decoder.feed(data)
         except EventTooLarge as exc:

@@ -159,6 +159,8 @@ _MEDIA = {
 
 
 _BACKSLASH = 0x5C
+_COLON = 0x3A
+_LF = 0x0A
 _ONE_DATA_LINE = len(b"data: \n\n")
 """An event's bytes beyond its data: at most this many when it is one ``data: `` line and its blank line, since
 any other line (a comment, another field, a second data line, a ``\r\n`` line end) adds at least two bytes."""
@@ -308,6 +310,7 @@ class SSERewriter:
         "_named",
         "_normalizer",
         "_passes",
+        "_paused",
         "_plain",
         "_prefilter",
         "_repeats",
@@ -345,6 +348,9 @@ class SSERewriter:
         # each event of a read of several data lines, its first included (``_lines``), and on the next event of a
         # chunk the decoder cut into many (``_event``), before the prefilter
         self._lead: ChunkShape | None = None
+        # the run, while the decoder holds the start of the event after it (``_split``): the lead again once a read
+        # ends that event (``SSEDecoder.split_read``)
+        self._paused: ChunkShape | None = None
         self._max_event = self._decoder.limit
 
     def feed(self, chunk: bytes) -> bytes:
@@ -378,17 +384,50 @@ class SSERewriter:
             ):
                 return chunk
             return self._data(chunk, data, at, None, None)
-        lines = self._decoder.data_lines(chunk)
-        if lines is not None:  # several such events: each as a chunk of its own, without the decoder's events
-            self._lead = lead  # (a run goes on into the read's first event)
-            return self._lines(chunk, lines)
+        decoder = self._decoder
+        # a keep-alive comment, whole as upstreams send it, goes straight to the decoder (its bytes read as ints: a
+        # method call here would cost OpenRouter's streams, a comment in every few events, more than it saves)
+        if not (chunk and chunk[0] == _COLON and chunk[-1] == _LF):
+            lines = decoder.data_lines(chunk)
+            if lines is not None:  # several such events: each as a chunk of its own, without the decoder's events
+                self._lead = lead  # (a run goes on into the read's first event)
+                return self._lines(chunk, lines)
+            split = decoder.split_read(chunk)
+            if split is not None:  # a read cut inside events: its whole events as a read of them, then the rest
+                # (a read that ends the held event takes up the run that was paused for it)
+                self._lead = lead if lead is not None else self._paused
+                self._paused = None
+                return self._split(*split)
+        self._paused = None
         try:
-            events = self._decoder.feed(chunk)
+            events = decoder.feed(chunk)
         except EventTooLarge as exc:
             raise event_too_large(exc.limit) from None
         if len(events) == 1:
             return self._event(events[0])
         return b"".join([self._event(event) for event in events])
+
+    def _split(self, whole: bytes, rest: bytes) -> bytes:
+        """The bytes to send for a read cut inside events (``SSEDecoder.split_read``): ``whole``, whole events, as a
+        read of them (``_lines`` when they are ``data: `` lines), then ``rest`` through the decoder. While the
+        decoder holds the start of the next event, the run of one shape waits for its end (``_paused``)."""
+        decoder = self._decoder
+        sent: list[bytes] = []
+        if whole:
+            lines = decoder.data_lines(whole)
+            if lines is not None:
+                sent.append(self._lines(whole, lines))
+            else:
+                sent += [self._event(event) for event in decoder.feed(whole)]
+        if rest:
+            try:
+                events = decoder.feed(rest)
+            except EventTooLarge as exc:  # (only when ``whole`` is empty: ``split_read`` bounds both parts)
+                raise event_too_large(exc.limit) from None
+            sent += [self._event(event) for event in events]
+            if not decoder.between_events():
+                self._paused, self._lead = self._lead, None
+        return b"".join(sent)
 
     def _lines(self, chunk: bytes, lines: list[bytes]) -> bytes:
         """The bytes to send for ``chunk``, whole events of one ``data: `` line each whose data are ``lines``
@@ -430,7 +469,7 @@ class SSERewriter:
         with the line ends it lacks (``sse.terminate_event``) and sent like any other.
         """
         events, rest = self._decoder.end()
-        self._lead = None  # the decoder starts over: no run outlives the stream
+        self._lead = self._paused = None  # the decoder starts over: no run outlives the stream
         out = [self._event(event) for event in events]
         if rest is not None:
             if self._done:  # after [DONE] the answer was whole: trailing bytes go as they came
@@ -456,7 +495,7 @@ class SSERewriter:
         if self._done:
             return b""
         events, rest = self._decoder.end()
-        self._lead = None  # the decoder starts over: no run outlives the stream
+        self._lead = self._paused = None  # the decoder starts over: no run outlives the stream
         if rest is not None and rest.data == b"[DONE]":  # only its blank line was missing: the answer was whole
             events.append(terminate_event(rest))
         out = [self._event(event) for event in events]
@@ -776,19 +815,34 @@ class NativeSSERewriter:
         data = self._decoder.framed_data(chunk)  # one whole event, as upstreams send them
         if data is not None:
             return self._data(data)
-        lines = self._decoder.framed_lines(chunk)  # several such events read at once
+        decoder = self._decoder
+        lines = decoder.framed_lines(chunk)  # several such events read at once
         if lines is not None:
-            out: list[bytes] = []
-            for data in lines:
-                if self._done:
-                    break
-                out.append(self._data(data))
-            return b"".join(out)
+            return self._lines(lines)
+        split = decoder.split_read(chunk)  # a read cut inside events: its whole events as a read of them, then the rest
+        if split is not None:
+            whole, chunk = split
+            lines = decoder.framed_lines(whole) if whole else []
+            out = self._lines(lines) if lines is not None else self._events(decoder.feed(whole))
+            if not chunk:
+                return out
+        else:
+            out = b""
         try:
-            events = self._decoder.feed(chunk)
-        except EventTooLarge as exc:
+            events = decoder.feed(chunk)
+        except EventTooLarge as exc:  # (after whole events, ``split_read`` leaves no event over the bound)
             raise event_too_large(exc.limit) from None
-        return self._events(events)
+        return out + self._events(events)
+
+    def _lines(self, lines: list[bytes]) -> bytes:
+        """The bytes to send for events whose data are ``lines`` (``SSEDecoder.framed_lines``), up to the terminal
+        event."""
+        out: list[bytes] = []
+        for data in lines:
+            if self._done:
+                break
+            out.append(self._data(data))
+        return b"".join(out)
 
     def finish(self) -> bytes:
         """End of the upstream body; return the last bytes to send."""

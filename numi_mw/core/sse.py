@@ -167,6 +167,52 @@ class SSEDecoder:
             raise
         return events
 
+    def split_read(self, chunk: bytes) -> tuple[bytes, bytes] | None:
+        """A read cut inside events (a network cuts a stream where its segments end, not where its events do) as
+        ``(whole, rest)``: ``whole`` is whole events at an event boundary, which a fast path such as ``data_lines``
+        may take, and ``rest`` goes to ``feed`` after them; together they give the events ``feed(chunk)`` gives.
+        ``None`` when the read is none such; nothing was consumed then.
+
+        When ``chunk`` ends the event the decoder holds, the decoder lets go of it and the read is that event's
+        bytes and ``chunk``: copied once, however many reads the event took. ``whole`` ends where the read's last
+        blank line does, and ``rest`` is then the start of the next event. Taken for a ``chunk`` (and held bytes)
+        without ``\\r``, and only when ``whole`` and ``rest`` are each within the event bound; else ``whole`` is
+        ``b""`` and ``rest`` the read, which ``feed`` bounds."""
+        if not self._simple or _CR in chunk or not chunk:
+            return None
+        if not self._buf:
+            if chunk.endswith(b"\n\n"):  # whole events, which ``data_lines`` refused: for ``feed``
+                return None
+        else:
+            read = self._rejoin(chunk)
+            if read is None:
+                return None
+            chunk = read
+        end = chunk.rfind(b"\n\n") + 2
+        if end == 1:  # no blank line
+            end = 0
+        if end > self._limit or len(chunk) - end > self._limit:
+            return b"", chunk
+        return chunk[:end], chunk[end:]
+
+    def _rejoin(self, chunk: bytes) -> bytes | None:
+        """The held event's bytes and ``chunk``, which has no ``\\r``, as one read, the decoder holding nothing and
+        its event state cleared, when ``chunk`` ends that event; else ``None`` and nothing changed. Not for the
+        stream's first event once its BOM was dropped (read again, it would not be)."""
+        buf = self._buf
+        if (
+            self._ready
+            or not self._held_end(chunk)
+            or (not self._at_start and buf.startswith(_BOM))
+            or _CR in buf  # (a ``\r`` may be held for the ``\n`` after it: such bytes stay with the line parser)
+        ):
+            return None
+        read = bytes(buf) + chunk
+        buf.clear()
+        self._pos = self._scan = 0
+        self._clear_event()
+        return read
+
     def single_data(self, chunk: bytes) -> bytes | None:
         """The data of ``chunk`` when it is exactly one whole event of one ``data:`` line, else ``None``.
 
@@ -241,20 +287,20 @@ class SSEDecoder:
         ``data_lines``, taken only at an event boundary, for a ``chunk`` without ``\\r`` whose whole length is
         within the event bound, and when it returns ``None`` nothing was consumed. A chunk with a comment, any
         other field, a blank line of its own or an event of another form goes to ``feed``."""
-        if not (
-            chunk.endswith(b"\n\n")
-            and _CR not in chunk
-            and not self._buf
-            and len(chunk) <= self._limit
-            and chunk.startswith((b"event:", b"data:"))  # (a stream's first byte then starts no BOM)
-        ):
+        size = len(chunk)
+        if not chunk.endswith(b"\n\n") or _CR in chunk or self._buf or size > self._limit:
             return None
         lines: list[bytes] = []
-        for event in chunk[:-2].split(b"\n\n"):
-            start = event.find(_LF) + 1 if event.startswith(b"event:") else 0
-            if not event.startswith(b"data:", start) or event.find(_LF, start) >= 0:
-                return None  # (``start`` 0 after an ``event:`` line alone: it does not start ``data:``)
-            lines.append(event[start + 6 :] if event.startswith(b" ", start + 5) else event[start + 5 :])
+        start = 0
+        while start < size:  # each event found in ``chunk`` itself: no copies but the data
+            data = chunk.find(_LF, start) + 1 if chunk.startswith(b"event:", start) else start
+            if not chunk.startswith(b"data:", data):  # (a stream's first byte then starts no BOM)
+                return None
+            end = chunk.find(_LF, data)  # the data line's end, which the blank line must follow
+            if chunk[end + 1] != _LF:
+                return None
+            lines.append(chunk[data + 6 : end] if chunk[data + 5] == _SPACE else chunk[data + 5 : end])
+            start = end + 2
         self._at_start = False
         return lines
 
@@ -270,14 +316,14 @@ class SSEDecoder:
         size = len(chunk)
         while start < size:
             first = chunk.find(_LF, start)  # the end of the event's first line
-            if first == -1:
-                break
+            if first == -1:  # the start of an event, without a line end
+                return self._hold(chunk, start, size - start, events)
             if first == start:  # a blank line that ends nothing
                 events.append(SSEEvent(chunk[start : first + 1]))
                 start = first + 1
                 continue
-            if first + 1 == size:
-                break  # the event is not finished
+            if first + 1 == size:  # the event's first line, without the blank line
+                return self._hold(chunk, start, first - start, events)
             if chunk[first + 1] == _LF:  # an event of one line
                 if chunk.startswith(b"data:", start):
                     value = chunk[start + 6 : first] if chunk[start + 5] == _SPACE else chunk[start + 5 : first]
@@ -289,14 +335,14 @@ class SSEDecoder:
                 start = first + 2
                 continue
             second = chunk.find(_LF, first + 1)  # the end of its second line
+            if second == -1 or second + 1 == size:  # two lines begun, without the blank line
+                return self._hold(chunk, start, first - start, events)
             if (
-                second == -1
-                or second + 1 == size
-                or chunk[second + 1] != _LF
+                chunk[second + 1] != _LF
                 or not chunk.startswith(b"event:", start)
                 or not chunk.startswith(b"data:", first + 1)
             ):
-                break  # not finished, more lines, or other fields
+                break  # more lines, or other fields
             name = chunk[start + 7 : first] if chunk[start + 6] == _SPACE else chunk[start + 6 : first]
             data = first + 1
             value = chunk[data + 6 : second] if chunk[data + 5] == _SPACE else chunk[data + 5 : second]
@@ -309,6 +355,15 @@ class SSEDecoder:
             except EventTooLarge:
                 self._ready[:0] = events
                 raise
+        return events
+
+    def _hold(self, chunk: bytes, start: int, scan: int, events: list[SSEEvent]) -> list[SSEEvent]:
+        """``_feed_simple``'s end for a chunk whose bytes from ``start`` on are an unfinished event without a blank
+        line: held as they are, ``events`` returned. Their lines are read when the event ends (``_parse``, from
+        ``_pos``, which is ``0``), or not at all when the read that ends it takes it back (``_rejoin``); ``scan`` is
+        where the first line end may be (none before it)."""
+        self._buf += chunk[start:] if start else chunk
+        self._scan = scan
         return events
 
     def flush(self) -> list[SSEEvent]:
