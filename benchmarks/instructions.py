@@ -39,7 +39,9 @@ Workloads (``--workloads`` picks some):
 - ``stream.anthropic_messages``, ``stream.openai_responses``: the recorded stream of each translated wire API
   (``payloads.NATIVE_STREAMS``), one event per chunk, through one ``NativeSSERewriter`` (per stream), as the
   ``stream.adapter.*`` rows time it; ``stream.anthropic_messages_reads``, ``stream.openai_responses_reads``: the
-  same in reads of 10 events (``SSEDecoder.framed_lines``).
+  same in reads of 10 events (``SSEDecoder.framed_lines``); ``stream.anthropic_messages_segments``,
+  ``stream.openai_responses_segments``: the same in reads of ``SEGMENT`` bytes, cut inside events
+  (``SSEDecoder.split_read``).
 
 Server workloads count a whole server process per request instead (``SERVER_WORKLOADS``): the process runs under
 callgrind in front of ``benchmarks.upstream``, and a client in this process sends it ``N`` requests and then ``2N``,
@@ -125,8 +127,14 @@ WORKLOADS: dict[str, int] = {
     "stream.openai_responses": 4,
     "stream.anthropic_messages_reads": 20,
     "stream.openai_responses_reads": 4,
+    "stream.anthropic_messages_segments": 20,
+    "stream.openai_responses_segments": 4,
 }
 """Each workload with its ``N`` (iterations of the shorter run)."""
+
+SEGMENT = 1448
+"""The bytes of a ``*_segments`` workload's reads: a TCP segment's payload on Ethernet (1,500 bytes less 52 of IP
+and TCP headers with timestamps), as a remote provider's stream arrives where a network cuts it."""
 
 NATIVE: dict[str, str] = {
     "stream.anthropic_messages": "anthropic-messages",
@@ -208,7 +216,7 @@ def _workload(name: str) -> Callable[[int], None]:
                 await call_asgi(app, scope, body)
 
         return lambda n: asyncio.run(calls(n))
-    wire = NATIVE.get(name.removesuffix("_reads"))
+    wire = NATIVE.get(name.removesuffix("_reads").removesuffix("_segments"))
     if wire is not None:
         from benchmarks.inprocess import _numi_native
 
@@ -218,6 +226,9 @@ def _workload(name: str) -> Callable[[int], None]:
         events = payloads.split_events(native[wire])
         if name.endswith("_reads"):
             events = [b"".join(events[at : at + 10]) for at in range(0, len(events), 10)]
+        elif name.endswith("_segments"):
+            body = native[wire]
+            events = [body[at : at + SEGMENT] for at in range(0, len(body), SEGMENT)]
         translate = _numi_native(wire, events)
         if not translate().endswith(b"data: [DONE]\n\n"):
             raise RuntimeError(f"{name}: the stream was not translated whole")
