@@ -15,9 +15,10 @@ import pytest
 
 from numi_mw import NormalizingTransport, ReasoningMiddleware, SyncNormalizingTransport
 from numi_mw.cli import main
+from numi_mw.core.accumulate import Accumulator
 from numi_mw.core.adapters import WIRE_APIS, Answer
 from numi_mw.core.errors import ApiError
-from numi_mw.core.response import Bounds, NativeSSERewriter, ResponseOptions
+from numi_mw.core.response import Bounds, NativeSSERewriter, ResponseOptions, SSERewriter
 from numi_mw.core.sse import EventTooLarge, SSEDecoder
 from numi_mw.proxy import create_app
 from tests.e2e_support import numi_mw_command, sidecar
@@ -246,6 +247,24 @@ def test_an_event_of_exactly_the_limit_passes_and_one_byte_more_is_refused(piece
         else:
             assert not refused
             assert [e.raw for e in events] == [body]
+
+
+def test_an_event_over_the_bound_that_a_later_read_ends_is_refused_by_every_stream_reader() -> None:
+    """The event's held bytes are within the bound and so is the read up to its blank line; together they are
+    not (reads cut inside events, as a network cuts a stream)."""
+    limit = len(CHUNK)
+    reads = [CHUNK + CHUNK[:60], CHUNK[60:-2] + b"x" * 20 + b"\n\n" + CHUNK[:30], CHUNK[30:]]
+    rewriter = SSERewriter(ResponseOptions(bounds=Bounds(max_event_bytes=limit)))
+    assert rewriter.feed(reads[0]) == CHUNK
+    with pytest.raises(ApiError) as raised:
+        rewriter.feed(reads[1])
+    assert (raised.value.status, raised.value.code) == (502, "upstream_unavailable")
+    assert rewriter.fail(raised.value) == event_error(limit)
+    accumulator = Accumulator(bounds=Bounds(max_event_bytes=limit))
+    accumulator.feed_sse(reads[0])
+    with pytest.raises(ApiError) as raised:
+        accumulator.feed_sse(reads[1])
+    assert (raised.value.status, raised.value.code) == (502, "upstream_unavailable")
 
 
 def test_a_native_stream_past_the_event_bound_ends_with_the_error_event() -> None:

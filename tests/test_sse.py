@@ -534,9 +534,12 @@ def test_split_read_exact_values() -> None:
     assert decoder.feed(b"data: e") == []
     assert decoder.feed(b"\n\n") == [SSEEvent(b"data: e\n\n", b"e")]
     decoder.feed(b"data: a\n")  # a line end held, the blank line in the read
+    assert decoder.split_read(b"data: b") is None  # (a second line)
     assert decoder.split_read(b"\ndata: b") == (b"data: a\n\n", b"data: b")
     assert decoder.feed(b"data: b") == []
     assert decoder.split_read(b"c") is None  # the read does not end the held event
+    assert decoder.split_read(b"c\n") is None
+    assert decoder.split_read(b"c\ndata: d") is None
     assert decoder.feed(b"c\n\n") == [SSEEvent(b"data: bc\n\n", b"bc")]
     decoder.feed(b"data: a\r")  # the held bytes have a CR: for feed
     assert decoder.split_read(b"\n\ndata: b") is None
@@ -555,6 +558,11 @@ def test_split_read_keeps_a_dropped_bom_and_the_bound() -> None:
     decoder.feed(b"\xef\xbb\xbfdata: a")  # no line end yet: the BOM is still to drop, read again or not
     assert decoder.split_read(b"\n\n") == (b"\xef\xbb\xbfdata: a\n\n", b"")
     assert decoder.feed(b"\xef\xbb\xbfdata: a\n\n") == [SSEEvent(b"\xef\xbb\xbfdata: a\n\n", b"a")]
+    bounded = SSEDecoder(max_event_bytes=16)
+    bounded.feed(b"data: 0123456")  # the held event and the read's first blank line are over the bound
+    assert bounded.split_read(b"789\n\ndata: x") == (b"", b"data: 0123456789\n\ndata: x")
+    with pytest.raises(EventTooLarge):
+        bounded.feed(b"data: 0123456789\n\ndata: x")
     bounded = SSEDecoder(max_event_bytes=16)
     assert bounded.split_read(b"data: a\n\ndata: " + b"x" * 10) == (b"data: a\n\n", b"data: " + b"x" * 10)
     assert bounded.split_read(b"data: a\n\ndata: " + b"x" * 20) == (b"", b"data: a\n\ndata: " + b"x" * 20)
@@ -650,6 +658,14 @@ def test_a_read_of_several_events_over_the_bound_or_after_held_bytes_goes_to_fee
     decoder.feed(b"event: x\ndata: par")
     assert getattr(decoder, method)(b"data: b\n\ndata: c\n\n") is None  # bytes of an event are held
     assert decoder.feed(b"tial\n\n") == [SSEEvent(raw=b"event: x\ndata: partial\n\n", data=b"partial", event="x")]
+
+
+def test_a_read_whose_data_line_is_followed_by_another_line_is_not_cut_as_two_events() -> None:
+    decoder = SSEDecoder()
+    for chunk in (b"data: a\nxdata: b\n\n", b"event: e\ndata: a\nxdata: b\n\n", b"data: a\n:data: b\n\n"):
+        assert decoder.framed_lines(chunk) is None, chunk
+        assert decoder.data_lines(chunk) is None, chunk
+    assert decoder.feed(b"data: a\nxdata: b\n\n") == [SSEEvent(b"data: a\nxdata: b\n\n", b"a")]
 
 
 def test_framed_data_exact_values() -> None:

@@ -180,38 +180,28 @@ class SSEDecoder:
         ``b""`` and ``rest`` the read, which ``feed`` bounds."""
         if not self._simple or _CR in chunk or not chunk:
             return None
-        if not self._buf:
-            if chunk.endswith(b"\n\n"):  # whole events, which ``data_lines`` refused: for ``feed``
-                return None
-        else:
-            read = self._rejoin(chunk)
-            if read is None:
-                return None
-            chunk = read
-        end = chunk.rfind(b"\n\n") + 2
+        end = chunk.rfind(b"\n\n") + 2  # (a read without ``\r``: past a line end and a blank line)
         if end == 1:  # no blank line
             end = 0
-        if end > self._limit or len(chunk) - end > self._limit:
-            return b"", chunk
-        return chunk[:end], chunk[end:]
-
-    def _rejoin(self, chunk: bytes) -> bytes | None:
-        """The held event's bytes and ``chunk``, which has no ``\\r``, as one read, the decoder holding nothing and
-        its event state cleared, when ``chunk`` ends that event; else ``None`` and nothing changed. Not for the
-        stream's first event once its BOM was dropped (read again, it would not be)."""
         buf = self._buf
-        if (
-            self._ready
-            or not self._held_end(chunk)
-            or (not self._at_start and buf.startswith(_BOM))
-            or _CR in buf  # (a ``\r`` may be held for the ``\n`` after it: such bytes stay with the line parser)
-        ):
+        if not buf:
+            if end == len(chunk):  # whole events, which ``data_lines`` refused: for ``feed``
+                return None
+            if end > self._limit or len(chunk) - end > self._limit:
+                return b"", chunk
+            return chunk[:end], chunk[end:]
+        if not end and (buf[-1] != _LF or chunk[0] != _LF):  # (``_held_end``): the read does not end the event
             return None
-        read = bytes(buf) + chunk
+        if (not self._at_start and buf.startswith(_BOM)) or _CR in buf:
+            return None  # a BOM dropped, which would not be again; a ``\r`` may be held for a ``\n``: for ``feed``
+        held = bytes(buf)  # the held event, let go of: read again, whole, with the read
         buf.clear()
         self._pos = self._scan = 0
         self._clear_event()
-        return read
+        end = end or 1
+        if len(held) + end > self._limit or len(chunk) - end > self._limit:
+            return b"", held + chunk
+        return held + chunk[:end], chunk[end:]
 
     def single_data(self, chunk: bytes) -> bytes | None:
         """The data of ``chunk`` when it is exactly one whole event of one ``data:`` line, else ``None``.
@@ -360,7 +350,7 @@ class SSEDecoder:
     def _hold(self, chunk: bytes, start: int, scan: int, events: list[SSEEvent]) -> list[SSEEvent]:
         """``_feed_simple``'s end for a chunk whose bytes from ``start`` on are an unfinished event without a blank
         line: held as they are, ``events`` returned. Their lines are read when the event ends (``_parse``, from
-        ``_pos``, which is ``0``), or not at all when the read that ends it takes it back (``_rejoin``); ``scan`` is
+        ``_pos``, which is ``0``), or not at all when the read that ends it takes it back (``split_read``); ``scan`` is
         where the first line end may be (none before it)."""
         self._buf += chunk[start:] if start else chunk
         self._scan = scan
