@@ -35,7 +35,9 @@ Workloads (``--workloads`` picks some):
   of ``RECORDED`` (DeepSeek reasoner, groq gpt-oss, OpenRouter Claude, Snowflake Claude, OpenRouter o3 with
   encrypted reasoning; ``../shared/fixtures/openai-chat``), cut into events, each through one ``SSERewriter`` (per
   stream), and ``stream.floor_deepseek``, ``stream.floor_groq``, ``stream.floor_claude``, ``stream.floor_snowflake``,
-  ``stream.floor_o3`` the same streams through the floor, as for ``stream.floor_2000``;
+  ``stream.floor_o3`` the same streams through the floor, as for ``stream.floor_2000``; ``stream.claude_segments``,
+  ``stream.o3_segments``: OpenRouter's two streams in reads of ``SEGMENT`` bytes, cut inside events
+  (``SSEDecoder.split_read``);
 - ``stream.anthropic_messages``, ``stream.openai_responses``: the recorded stream of each translated wire API
   (``payloads.NATIVE_STREAMS``), one event per chunk, through one ``NativeSSERewriter`` (per stream), as the
   ``stream.adapter.*`` rows time it; ``stream.anthropic_messages_reads``, ``stream.openai_responses_reads``: the
@@ -123,6 +125,8 @@ WORKLOADS: dict[str, int] = {
     "stream.floor_snowflake": 60,
     "stream.o3": 20,
     "stream.floor_o3": 20,
+    "stream.claude_segments": 60,
+    "stream.o3_segments": 20,
     "stream.anthropic_messages": 20,
     "stream.openai_responses": 4,
     "stream.anthropic_messages_reads": 20,
@@ -238,12 +242,16 @@ def _workload(name: str) -> Callable[[int], None]:
                 translate()
 
         return run_translations
-    recorded = RECORDED.get(name.removeprefix("stream.").removeprefix("floor_"))
+    recorded = RECORDED.get(name.removeprefix("stream.").removeprefix("floor_").removesuffix("_segments"))
     if recorded is not None:
         streams = payloads.fixture_streams()
         if recorded not in streams:
             raise SystemExit(f"{name} needs ../shared/fixtures/openai-chat/{recorded}.sse")
-        events = payloads.split_events(streams[recorded])
+        body = streams[recorded]
+        if name.endswith("_segments"):
+            events = [body[at : at + SEGMENT] for at in range(0, len(body), SEGMENT)]
+        else:
+            events = payloads.split_events(body)
     elif name == "stream.think_2000":
         events = payloads.local_stream_events(2000, "tags")
     elif name.startswith("stream.upstream_40"):
