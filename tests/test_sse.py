@@ -569,55 +569,58 @@ def test_split_read_keeps_a_dropped_bom_and_the_bound() -> None:
     assert bounded.split_read(b"data: a\n\ndata: b\n\ndata: c\n\nd") == (b"", b"data: a\n\ndata: b\n\ndata: c\n\nd")
 
 
+def _decoded(
+    decoder: SSEDecoder, take: Callable[[bytes], list[SSEEvent]], chunks: list[bytes]
+) -> tuple[list[SSEEvent], bool]:
+    """The events ``take`` gives for each of ``chunks`` in turn, then those of ``decoder.end()``; and whether
+    ``EventTooLarge`` ended the stream."""
+    events: list[SSEEvent] = []
+    try:
+        for chunk in chunks:
+            events += take(chunk)
+    except EventTooLarge:
+        over = True
+    else:
+        over = False
+    completed, rest = decoder.end()
+    return events + completed + ([rest] if rest is not None else []), over
+
+
 def decode_as_readers_do(chunks: list[bytes], limit: int | None = None) -> tuple[list[SSEEvent], bool]:
     """Every event of ``chunks`` as the stream readers take them (``SSERewriter``, ``NativeSSERewriter``,
     ``Accumulator.feed_sse``): ``single_data``, ``data_lines``, ``split_read`` (its whole events through
     ``data_lines`` when it takes them, else ``feed``; the rest through ``feed``), else ``feed``; then ``end``. An
     event a fast path takes is built from its data. Also whether ``EventTooLarge`` ended the stream."""
     decoder = SSEDecoder(max_event_bytes=limit)
-    events: list[SSEEvent] = []
 
-    def lines(chunk: bytes) -> bool:
+    def lines(chunk: bytes) -> list[SSEEvent] | None:
         taken = decoder.data_lines(chunk)
-        events.extend(SSEEvent(b"data: " + line + b"\n\n", line) for line in taken or [])
-        return taken is not None
+        return None if taken is None else [SSEEvent(b"data: " + line + b"\n\n", line) for line in taken]
 
-    try:
-        for chunk in chunks:
-            single = decoder.single_data(chunk)
-            if single is not None:
-                events.append(SSEEvent(chunk, single))
-                continue
-            if lines(chunk):
-                continue
-            split = decoder.split_read(chunk)
-            if split is not None:
-                whole, chunk = split
-                if whole and not lines(whole):
-                    events.extend(decoder.feed(whole))
-            events.extend(decoder.feed(chunk))
-    except EventTooLarge:
-        over = True
-    else:
-        over = False
-    completed, rest = decoder.end()
-    return events + completed + ([rest] if rest is not None else []), over
+    def take(chunk: bytes) -> list[SSEEvent]:
+        single = decoder.single_data(chunk)
+        if single is not None:
+            return [SSEEvent(chunk, single)]
+        events = lines(chunk)
+        if events is not None:
+            return events
+        split = decoder.split_read(chunk)
+        if split is None:
+            return decoder.feed(chunk)
+        whole, rest = split
+        events = lines(whole) if whole else []
+        if events is None:
+            events = decoder.feed(whole)
+        return events + decoder.feed(rest)
+
+    return _decoded(decoder, take, chunks)
 
 
 def decode_by_line_parser(chunks: list[bytes], limit: int | None = None) -> tuple[list[SSEEvent], bool]:
     """``decode_as_readers_do`` on the line parser alone."""
     decoder = SSEDecoder(max_event_bytes=limit)
     decoder._simple = False  # (as ``_line_parser``)
-    events: list[SSEEvent] = []
-    try:
-        for chunk in chunks:
-            events.extend(decoder.feed(chunk))
-    except EventTooLarge:
-        over = True
-    else:
-        over = False
-    completed, rest = decoder.end()
-    return events + completed + ([rest] if rest is not None else []), over
+    return _decoded(decoder, decoder.feed, chunks)
 
 
 @settings(max_examples=500, deadline=None)
