@@ -197,7 +197,8 @@ class SSEDecoder:
         held = bytes(buf)  # the held event, let go of: read again, whole, with the read
         buf.clear()
         self._pos = self._scan = 0
-        self._clear_event()
+        if self._fields or self._comments:  # lines of it were read (held unread, it has none: ``_hold``)
+            self._clear_event()
         end = end or 1
         if len(held) + end > self._limit or len(chunk) - end > self._limit:
             return b"", held + chunk
