@@ -429,6 +429,20 @@ def test_an_event_that_is_not_json_is_refused() -> None:
     assert info.value.message == "An SSE event is not JSON (b'{bad'); send whole chunks."
 
 
+@pytest.mark.parametrize("after", [b"", b"\n\n"])
+def test_the_rest_of_a_read_whose_event_is_refused_is_still_read(after: bytes) -> None:
+    # the read ends inside its second event: refused at the first, the decoder has taken the second's start, and
+    # what comes after the refusal (its blank line, or the end of the stream) ends it
+    accumulator = Accumulator()
+    with pytest.raises(ApiError) as info:
+        accumulator.feed_sse(b'data: x\n\ndata: {"choices":[{"index":0,"delta":{"content":"hi"}}]}')
+    assert info.value.message == "An SSE event is not JSON (b'x'); send whole chunks."
+    if after:
+        accumulator.feed_sse(after)
+    accumulator.finish()
+    assert accumulator.message(0) == {"role": "assistant", "content": "hi"}
+
+
 def test_a_fragment_text_that_is_not_a_string_is_refused_by_its_place() -> None:
     accumulator = Accumulator(normalize=False)
     good = {"type": "reasoning.text", "text": "a"}

@@ -546,6 +546,23 @@ def test_split_read_exact_values() -> None:
     assert decoder.feed(b"\n\ndata: b") == [SSEEvent(b"data: a\r\n\n", b"a")]
 
 
+def test_split_lines_exact_values() -> None:
+    decoder = SSEDecoder()
+    decoder.feed(b"data: a")
+    assert decoder.split_lines(b"b\n\ndata: c\n\ndata: d") == ([b"ab", b"c"], [])
+    assert decoder.held == len(b"data: d")  # the rest was fed
+    assert decoder.split_lines(b"\n\nevent: e\ndata: f\n\nda", framed=True) == ([b"d", b"f"], [])
+    assert decoder.split_lines(b"ta: g\n\n: c\n\ndata: h") == (
+        [],
+        [SSEEvent(b"data: g\n\n", b"g"), SSEEvent(b": c\n\n", None, None, None, True)],
+    )
+    assert decoder.split_lines(b"\n\ndata: i\n\n") == ([b"h", b"i"], [])
+    assert decoder.split_lines(b"data: j\n\n") is None  # whole events at both ends
+    bounded = SSEDecoder(max_event_bytes=8)
+    with pytest.raises(EventTooLarge):
+        bounded.split_lines(b"data: " + b"x" * 10)
+
+
 def test_split_read_keeps_a_dropped_bom_and_the_bound() -> None:
     decoder = SSEDecoder()
     decoder.feed(b"\xef\xbb\xbfdata: a\n")  # the stream's BOM, dropped once its first line ended

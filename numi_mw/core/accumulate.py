@@ -430,21 +430,13 @@ class Accumulator:
             for line in lines:
                 self._data(line)
             return
-        split = decoder.split_read(data)  # a read cut inside events: its whole events as such a read, then the rest
-        if split is not None:
-            whole, data = split
-            lines = decoder.data_lines(whole) if whole else []
-            if lines is None:
-                self._events(decoder.feed(whole))
-            else:
-                for line in lines:
-                    self._data(line)
-            if not data:
-                return
         try:
-            events = decoder.feed(data)
+            split = decoder.split_lines(data)  # a read cut inside events: its whole events, the rest
+            lines, events = ([], decoder.feed(data)) if split is None else split
         except EventTooLarge as exc:
             raise event_too_large(exc.limit) from None
+        for line in lines:
+            self._data(line)
         self._events(events)
 
     def feed_completion(self, body: Any) -> None:

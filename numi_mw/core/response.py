@@ -819,20 +819,12 @@ class NativeSSERewriter:
         lines = decoder.framed_lines(chunk)  # several such events read at once
         if lines is not None:
             return self._lines(lines)
-        split = decoder.split_read(chunk)  # a read cut inside events: its whole events as a read of them, then the rest
-        if split is not None:
-            whole, chunk = split
-            lines = decoder.framed_lines(whole) if whole else []
-            out = self._lines(lines) if lines is not None else self._events(decoder.feed(whole))
-            if not chunk:
-                return out
-        else:
-            out = b""
         try:
-            events = decoder.feed(chunk)
-        except EventTooLarge as exc:  # (after whole events, ``split_read`` leaves no event over the bound)
+            split = decoder.split_lines(chunk, framed=True)  # a read cut inside events: its whole events, the rest
+            lines, events = ([], decoder.feed(chunk)) if split is None else split
+        except EventTooLarge as exc:
             raise event_too_large(exc.limit) from None
-        return out + self._events(events)
+        return self._lines(lines) + self._events(events)
 
     def _lines(self, lines: list[bytes]) -> bytes:
         """The bytes to send for events whose data are ``lines`` (``SSEDecoder.framed_lines``), up to the terminal

@@ -53,8 +53,8 @@ class SSEDecoder:
 
     One instance per stream. The decoder keeps the bytes of the event in progress in one buffer and remembers
     how far it has scanned, so each byte is searched once (with ``bytes.find``) however small the chunks are;
-    a large event split into many small chunks costs linear time. After ``flush()`` the decoder is reset and
-    can decode a new stream.
+    a large event split into many small chunks costs linear time (``split_read`` reads a held event once more,
+    with the read that ends it). After ``flush()`` the decoder is reset and can decode a new stream.
 
     Args:
         max_event_bytes: the most bytes one event may have (its ``raw``, lines and blank line), or ``None`` for no
@@ -149,10 +149,15 @@ class SSEDecoder:
         when it does not. The held bytes hold no blank line (it would have ended the event), and a ``\\n`` after a
         line end is one whatever ended the line before (``\\n``, ``\\r\\n`` or a held ``\\r``). The held bytes are
         not searched, so that an event of many reads costs no more than its bytes."""
-        if self._buf[-1] == _LF and chunk[0] == _LF:
+        if self._blank_first(chunk):
             return 1
         end = chunk.find(b"\n\n")
         return end + 2 if end >= 0 else 0
+
+    def _blank_first(self, chunk: bytes) -> bool:
+        """Whether the first byte of ``chunk`` is a blank line that ends the held event: a ``\\n`` after the line end
+        the held bytes end with (they hold no blank line of their own)."""
+        return self._buf[-1] == _LF and chunk[0] == _LF
 
     def _after_held(self, chunk: bytes, end: int) -> list[SSEEvent]:
         """``feed`` for a read whose first ``end`` bytes end the event the decoder holds (a read that began inside an
@@ -171,13 +176,17 @@ class SSEDecoder:
         """A read cut inside events (a network cuts a stream where its segments end, not where its events do) as
         ``(whole, rest)``: ``whole`` is whole events at an event boundary, which a fast path such as ``data_lines``
         may take, and ``rest`` goes to ``feed`` after them; together they give the events ``feed(chunk)`` gives.
-        ``None`` when the read is none such; nothing was consumed then.
 
         When ``chunk`` ends the event the decoder holds, the decoder lets go of it and the read is that event's
         bytes and ``chunk``: copied once, however many reads the event took. ``whole`` ends where the read's last
-        blank line does, and ``rest`` is then the start of the next event. Taken for a ``chunk`` (and held bytes)
-        without ``\\r``, and only when ``whole`` and ``rest`` are each within the event bound; else ``whole`` is
-        ``b""`` and ``rest`` the read, which ``feed`` bounds."""
+        blank line does, and ``rest`` is then the start of the next event (no blank line). When ``whole`` or
+        ``rest`` would be over the event bound, ``whole`` is ``b""`` and ``rest`` all of the read (the held
+        bytes and ``chunk``), which ``feed`` bounds.
+
+        Returns ``None``, nothing consumed, for a read that is none such: one at an event boundary at both ends
+        (``data_lines`` or ``feed`` takes it), one that does not end the held event, one with a ``\\r`` in it or in
+        the held bytes, and the stream's first event held once its BOM was dropped (read again, it would not be).
+        """
         if not self._simple or _CR in chunk or not chunk:
             return None
         end = chunk.rfind(b"\n\n") + 2  # (a read without ``\r``: past a line end and a blank line)
@@ -190,7 +199,7 @@ class SSEDecoder:
             if end > self._limit or len(chunk) - end > self._limit:
                 return b"", chunk
             return chunk[:end], chunk[end:]
-        if not end and (buf[-1] != _LF or chunk[0] != _LF):  # (``_held_end``): the read does not end the event
+        if not end and not self._blank_first(chunk):  # the read does not end the held event
             return None
         if (not self._at_start and buf.startswith(_BOM)) or _CR in buf:
             return None  # a BOM dropped, which would not be again; a ``\r`` may be held for a ``\n``: for ``feed``
@@ -203,6 +212,26 @@ class SSEDecoder:
         if len(held) + end > self._limit or len(chunk) - end > self._limit:
             return b"", held + chunk
         return held + chunk[:end], chunk[end:]
+
+    def split_lines(self, chunk: bytes, *, framed: bool = False) -> tuple[list[bytes], list[SSEEvent]] | None:
+        """``split_read`` for a reader of each event's data alone: ``(lines, events)``, the data of the read's whole
+        events when each is one ``data:`` line (``data_lines``; after at most one ``event:`` line with ``framed``,
+        ``framed_lines``), else ``[]`` and those events among ``events``, which holds the events ``feed`` gives for
+        the rest after them. The rest is fed before this returns, so that a reader that raises on an event leaves
+        the decoder in step with the stream, as ``feed`` of the whole read would. ``None`` as ``split_read``.
+
+        Raises:
+            EventTooLarge: as ``feed``, only when ``lines`` would be empty.
+        """
+        split = self.split_read(chunk)
+        if split is None:
+            return None
+        whole, rest = split
+        lines = (self.framed_lines(whole) if framed else self.data_lines(whole)) if whole else []
+        events = self.feed(whole) if lines is None else []
+        if rest:
+            events += self.feed(rest)
+        return lines or [], events
 
     def single_data(self, chunk: bytes) -> bytes | None:
         """The data of ``chunk`` when it is exactly one whole event of one ``data:`` line, else ``None``.
@@ -298,7 +327,8 @@ class SSEDecoder:
     def _feed_simple(self, chunk: bytes) -> list[SSEEvent]:
         """The fast path for a chunk that starts at an event boundary and has no ``\\r``: each complete event of
         one ``data:`` line, of an ``event:`` line and a ``data:`` line (Anthropic's and OpenAI's framing), of one
-        comment, or a blank line alone, is cut straight out of ``chunk``; anything else goes to ``_parse``.
+        comment, or a blank line alone, is cut straight out of ``chunk``; an unfinished event of at most two lines
+        begun is held unread (``_hold``); anything else goes to ``_parse``.
 
         Line ends are found one ``\n`` at a time (``bytes.find`` of an int, a ``memchr``): a search for the
         two-byte ``\n\n`` costs three times as much on a chunk of one event."""
