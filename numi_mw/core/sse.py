@@ -136,41 +136,21 @@ class SSEDecoder:
         ):
             self._at_start = False
             return self._feed_simple(chunk)
-        if self._simple and self._buf and chunk and _CR not in chunk:
-            end = self._held_end(chunk)
-            if 0 < end < len(chunk):  # the read ends the held event and goes on: the rest starts at a boundary
-                return self._after_held(chunk, end)
+        if self._buf and chunk:
+            split = self.split_read(chunk)
+            if split is not None:  # the read ends the held event: it and the read as reads at event boundaries
+                whole, rest = split
+                events = self.feed(whole) if whole else []
+                return events + self.feed(rest) if rest else events
         if chunk:
             self._buf += chunk
         return self._parse(final=False)
 
-    def _held_end(self, chunk: bytes) -> int:
-        """Where in ``chunk``, which has no ``\\r``, the event the decoder holds ends (just past its blank line), ``0``
-        when it does not. The held bytes hold no blank line (it would have ended the event), and a ``\\n`` after a
-        line end is one whatever ended the line before (``\\n``, ``\\r\\n`` or a held ``\\r``). The held bytes are
-        not searched, so that an event of many reads costs no more than its bytes."""
-        if self._blank_first(chunk):
-            return 1
-        end = chunk.find(b"\n\n")
-        return end + 2 if end >= 0 else 0
-
     def _blank_first(self, chunk: bytes) -> bool:
         """Whether the first byte of ``chunk`` is a blank line that ends the held event: a ``\\n`` after the line end
-        the held bytes end with (they hold no blank line of their own)."""
+        the held bytes end with (they hold no blank line of their own, and a ``\\n`` after a line end is one whatever
+        ended the line before)."""
         return self._buf[-1] == _LF and chunk[0] == _LF
-
-    def _after_held(self, chunk: bytes, end: int) -> list[SSEEvent]:
-        """``feed`` for a read whose first ``end`` bytes end the event the decoder holds (a read that began inside an
-        event, as a large one comes): those through the line parser, the rest as a read at an event boundary, so that
-        a stream read at other places than its events' ends does not go whole through the line parser."""
-        self._buf += chunk[:end]
-        events = self._parse(final=False)  # the held event, whole: nothing is held after it
-        try:
-            events += self.feed(chunk[end:])
-        except EventTooLarge:
-            self._ready[:0] = events
-            raise
-        return events
 
     def split_read(self, chunk: bytes) -> tuple[bytes, bytes] | None:
         """A read cut inside events (a network cuts a stream where its segments end, not where its events do) as
