@@ -410,7 +410,9 @@ class SSERewriter:
     def _split(self, whole: bytes, rest: bytes) -> bytes:
         """The bytes to send for a read cut inside events (``SSEDecoder.split_read``): ``whole``, whole events, as a
         read of them (``_lines`` when they are ``data: `` lines), then ``rest`` through the decoder. While the
-        decoder holds the start of the next event, the run of one shape waits for its end (``_paused``)."""
+        decoder holds the start of the next event, the run of one shape waits for its end (``_paused``). Not
+        ``SSEDecoder.split_lines``, which feeds ``rest`` first: a run may start in ``whole`` only while the decoder
+        holds nothing, and each event here needs its bytes."""
         decoder = self._decoder
         sent: list[bytes] = []
         if whole:
