@@ -36,13 +36,13 @@ Workloads (``--workloads`` picks some):
   encrypted reasoning; ``../shared/fixtures/openai-chat``), cut into events, each through one ``SSERewriter`` (per
   stream), and ``stream.floor_deepseek``, ``stream.floor_groq``, ``stream.floor_claude``, ``stream.floor_snowflake``,
   ``stream.floor_o3`` the same streams through the floor, as for ``stream.floor_2000``; ``stream.claude_segments``,
-  ``stream.o3_segments``: OpenRouter's two streams in reads of ``SEGMENT`` bytes, cut inside events
+  ``stream.o3_segments``: OpenRouter's two streams in reads of ``payloads.SEGMENT`` bytes, cut inside events
   (``SSEDecoder.split_read``);
 - ``stream.anthropic_messages``, ``stream.openai_responses``: the recorded stream of each translated wire API
   (``payloads.NATIVE_STREAMS``), one event per chunk, through one ``NativeSSERewriter`` (per stream), as the
   ``stream.adapter.*`` rows time it; ``stream.anthropic_messages_reads``, ``stream.openai_responses_reads``: the
   same in reads of 10 events (``SSEDecoder.framed_lines``); ``stream.anthropic_messages_segments``,
-  ``stream.openai_responses_segments``: the same in reads of ``SEGMENT`` bytes, cut inside events
+  ``stream.openai_responses_segments``: the same in reads of ``payloads.SEGMENT`` bytes, cut inside events
   (``SSEDecoder.split_read``).
 
 Server workloads count a whole server process per request instead (``SERVER_WORKLOADS``): the process runs under
@@ -136,10 +136,6 @@ WORKLOADS: dict[str, int] = {
 }
 """Each workload with its ``N`` (iterations of the shorter run)."""
 
-SEGMENT = 1448
-"""The bytes of a ``*_segments`` workload's reads: a TCP segment's payload on Ethernet (1,500 bytes less 52 of IP
-and TCP headers with timestamps), as a remote provider's stream arrives where a network cuts it."""
-
 NATIVE: dict[str, str] = {
     "stream.anthropic_messages": "anthropic-messages",
     "stream.openai_responses": "openai-responses",
@@ -231,8 +227,7 @@ def _workload(name: str) -> Callable[[int], None]:
         if name.endswith("_reads"):
             events = [b"".join(events[at : at + 10]) for at in range(0, len(events), 10)]
         elif name.endswith("_segments"):
-            body = native[wire]
-            events = [body[at : at + SEGMENT] for at in range(0, len(body), SEGMENT)]
+            events = payloads.split_segments(native[wire])
         translate = _numi_native(wire, events)
         if not translate().endswith(b"data: [DONE]\n\n"):
             raise RuntimeError(f"{name}: the stream was not translated whole")
@@ -247,11 +242,8 @@ def _workload(name: str) -> Callable[[int], None]:
         streams = payloads.fixture_streams()
         if recorded not in streams:
             raise SystemExit(f"{name} needs ../shared/fixtures/openai-chat/{recorded}.sse")
-        body = streams[recorded]
-        if name.endswith("_segments"):
-            events = [body[at : at + SEGMENT] for at in range(0, len(body), SEGMENT)]
-        else:
-            events = payloads.split_events(body)
+        split = payloads.split_segments if name.endswith("_segments") else payloads.split_events
+        events = split(streams[recorded])
     elif name == "stream.think_2000":
         events = payloads.local_stream_events(2000, "tags")
     elif name.startswith("stream.upstream_40"):

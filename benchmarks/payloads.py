@@ -357,6 +357,16 @@ def split_events(raw: bytes) -> list[bytes]:
     return events
 
 
+SEGMENT = 1448
+"""A TCP segment's payload on Ethernet, in bytes (1,500 less 52 of IP and TCP headers with timestamps): the reads
+a remote provider's stream arrives in, cut wherever the network cuts it, inside events."""
+
+
+def split_segments(raw: bytes) -> list[bytes]:
+    """Cut an SSE body into reads of ``SEGMENT`` bytes (every byte kept), as a network hands it over."""
+    return [raw[at : at + SEGMENT] for at in range(0, len(raw), SEGMENT)]
+
+
 def fixture_streams() -> dict[str, bytes]:
     """The recorded ``../shared/fixtures/openai-chat/*.sse`` streams by file stem; empty when absent."""
     if not FIXTURES.is_dir():

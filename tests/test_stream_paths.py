@@ -26,7 +26,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.payloads import spec_stream_events, split_events
+from benchmarks.payloads import spec_stream_events, split_events, split_segments
 from numi_mw.core import codec, response
 from numi_mw.core.adapters import WIRE_APIS, Answer
 from numi_mw.core.chunks import UNCHANGED
@@ -151,7 +151,7 @@ def _cuts(body: bytes) -> dict[str, list[bytes]]:
     ways["whole events"] = _grouped(events)
     for seed in range(3):
         ways[f"random {seed}"] = _cut_at(body, len(body) // 40 + 1, seed)
-    ways["segments"] = [body[i : i + 1448] for i in range(0, len(body), 1448)]
+    ways["segments"] = split_segments(body)
     for seed in range(2):
         ways[f"reads {seed}"] = _cut_at(body, len(body) // 300 + 1, seed)
     return ways
