@@ -8,6 +8,7 @@ import statistics
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
@@ -361,16 +362,26 @@ def _floor_stream(events: list[bytes]) -> Callable[[], bytes]:
         out = []
         for event in events:
             data = decoder.single_data(event)
-            if data is None:
-                out.append(b"".join([e.raw for e in decoder.feed(event)]))
+            if data is None:  # a read of several events, or cut inside one: each event of it as one of a read
+                out.append(b"".join([_floor_event(e.raw, e.data, decode, encode) for e in decoder.feed(event)]))
             elif data.find(b"reasoning") < 0 or data == b"[DONE]":
                 out.append(event)
             else:
                 out.append(b"data: " + encode(decode(data)) + b"\n\n")
-        out.append(b"".join([e.raw for e in decoder.flush()]))
+        out.append(b"".join([_floor_event(e.raw, e.data, decode, encode) for e in decoder.flush()]))
         return b"".join(out)
 
     return run
+
+
+def _floor_event(
+    raw: bytes, data: bytes | None, decode: Callable[[bytes], Any], encode: Callable[[Any], bytes]
+) -> bytes:
+    """``_floor_stream``'s work for one event the decoder's general path gave: its data decoded and encoded when
+    it mentions ``reasoning``, else its bytes."""
+    if data is None or data.find(b"reasoning") < 0 or data == b"[DONE]":
+        return raw
+    return b"data: " + encode(decode(data)) + b"\n\n"
 
 
 def _per_event(samples: dict[str, list[float]], events: int) -> dict[str, list[float]]:
@@ -391,8 +402,12 @@ def stream_measurements(
     batch: float,
     *,
     floor_target: float = FLOOR_TARGET_RECORDED,
+    count: int | None = None,
 ) -> list[Measurement]:
-    count = len(events)
+    """The rows of one stream fed as ``events`` (the reads each side is handed, in order): numi_mw against the
+    stdlib-``json`` baseline, its floor and the bare split, each as time per SSE event; ``count`` is the stream's
+    number of events when a read is not one event (``payloads.split_segments``)."""
+    count = len(events) if count is None else count
     numi, base, split = think.rewrite_stream(events), _baseline_stream(events), _split_stream(events)
     if split() != b"".join(events):
         raise RuntimeError(f"{name}: the SSE split does not give the stream back")
@@ -520,6 +535,15 @@ def run_stream(config: Config) -> list[Measurement]:
             payloads.split_events(raw),
             config.fixture_rounds,
             config.batch_seconds,
+        )
+        # the same stream as a network hands it over: reads of one TCP segment's payload, cut inside events
+        out += stream_measurements(
+            f"stream.fixture.{stem}.segments",
+            f"recorded {stem}.sse in reads of {payloads.SEGMENT:,} bytes",
+            payloads.split_segments(raw),
+            config.fixture_rounds,
+            config.batch_seconds,
+            count=len(payloads.split_events(raw)),
         )
     for wire, raw in payloads.native_streams().items():
         events = payloads.split_events(raw)

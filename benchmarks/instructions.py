@@ -35,9 +35,9 @@ Workloads (``--workloads`` picks some):
   of ``RECORDED`` (DeepSeek reasoner, groq gpt-oss, OpenRouter Claude, Snowflake Claude, OpenRouter o3 with
   encrypted reasoning; ``../shared/fixtures/openai-chat``), cut into events, each through one ``SSERewriter`` (per
   stream), and ``stream.floor_deepseek``, ``stream.floor_groq``, ``stream.floor_claude``, ``stream.floor_snowflake``,
-  ``stream.floor_o3`` the same streams through the floor, as for ``stream.floor_2000``; ``stream.claude_segments``,
-  ``stream.o3_segments``: OpenRouter's two streams in reads of ``payloads.SEGMENT`` bytes, cut inside events
-  (``SSEDecoder.split_read``);
+  ``stream.floor_o3`` the same streams through the floor, as for ``stream.floor_2000``; ``stream.deepseek_segments``
+  and the like, and ``stream.floor_deepseek_segments`` and the like: each in reads of ``payloads.SEGMENT`` bytes,
+  cut inside events (``SSEDecoder.split_read``), as the ``stream.fixture.*.segments`` rows time them;
 - ``stream.anthropic_messages``, ``stream.openai_responses``: the recorded stream of each translated wire API
   (``payloads.NATIVE_STREAMS``), one event per chunk, through one ``NativeSSERewriter`` (per stream), as the
   ``stream.adapter.*`` rows time it; ``stream.anthropic_messages_reads``, ``stream.openai_responses_reads``: the
@@ -125,8 +125,16 @@ WORKLOADS: dict[str, int] = {
     "stream.floor_snowflake": 60,
     "stream.o3": 20,
     "stream.floor_o3": 20,
+    "stream.deepseek_segments": 8,
+    "stream.floor_deepseek_segments": 8,
+    "stream.groq_segments": 60,
+    "stream.floor_groq_segments": 60,
     "stream.claude_segments": 60,
+    "stream.floor_claude_segments": 60,
+    "stream.snowflake_segments": 60,
+    "stream.floor_snowflake_segments": 60,
     "stream.o3_segments": 20,
+    "stream.floor_o3_segments": 20,
     "stream.anthropic_messages": 20,
     "stream.openai_responses": 4,
     "stream.anthropic_messages_reads": 20,
@@ -439,6 +447,7 @@ FLOOR_RATIOS = (
     ("stream.claude", "stream.floor_claude", FLOOR_TARGET_RECORDED),
     ("stream.snowflake", "stream.floor_snowflake", FLOOR_TARGET_RECORDED),
     ("stream.o3", "stream.floor_o3", FLOOR_TARGET_RECORDED),
+    *((f"stream.{name}_segments", f"stream.floor_{name}_segments", FLOOR_TARGET_RECORDED) for name in RECORDED),
 )
 """The targets of the request rows and the stream rows against their floors, in instructions (the timed rows,
 whose stream targets these are, are in ``inprocess``)."""
