@@ -563,6 +563,32 @@ def test_split_lines_exact_values() -> None:
         bounded.split_lines(b"data: " + b"x" * 10)
 
 
+def test_hold_keeps_the_rest_as_feed_would() -> None:
+    # the rest of a split read, held once its whole events were taken: the read that ends it takes it back whole,
+    # a read that does not end it sends it to the line parser, and a rest of several lines keeps its fields
+    decoder = SSEDecoder()
+    assert decoder.split_read(b"data: a\n\ndata: b") == (b"data: a\n\n", b"data: b")
+    assert decoder.data_lines(b"data: a\n\n") == [b"a"]
+    decoder.hold(b"data: b")
+    assert decoder.held == len(b"data: b")
+    assert not decoder.between_events()
+    assert decoder.split_read(b"c\n\ndata: d") == (b"data: bc\n\n", b"data: d")
+    decoder.feed(b"data: bc\n\n")
+    decoder.hold(b"data: d")
+    assert decoder.feed(b"e") == []  # no blank line: to the line parser, from the held bytes' start
+    assert decoder.feed(b"\n\n") == [SSEEvent(b"data: de\n\n", b"de")]
+    assert decoder.between_events()
+    assert decoder.split_read(b"data: f\n\nevent: g\nid: 7\ndata: h") == (
+        b"data: f\n\n",
+        b"event: g\nid: 7\ndata: h",
+    )
+    decoder.feed(b"data: f\n\n")
+    decoder.hold(b"event: g\nid: 7\ndata: h")
+    assert decoder.feed(b"\n") == []
+    assert decoder.feed(b"\n") == [SSEEvent(b"event: g\nid: 7\ndata: h\n\n", b"h", "g", "7")]
+    assert decoder.flush() == []
+
+
 def test_split_read_keeps_a_dropped_bom_and_the_bound() -> None:
     decoder = SSEDecoder()
     decoder.feed(b"\xef\xbb\xbfdata: a\n")  # the stream's BOM, dropped once its first line ended
@@ -606,8 +632,9 @@ def _decoded(
 def decode_as_readers_do(chunks: list[bytes], limit: int | None = None) -> tuple[list[SSEEvent], bool]:
     """Every event of ``chunks`` as the stream readers take them (``SSERewriter``, ``NativeSSERewriter``,
     ``Accumulator.feed_sse``): ``single_data``, ``data_lines``, ``split_read`` (its whole events through
-    ``data_lines`` when it takes them, else ``feed``; the rest through ``feed``), else ``feed``; then ``end``. An
-    event a fast path takes is built from its data. Also whether ``EventTooLarge`` ended the stream."""
+    ``data_lines`` when it takes them, else ``feed``; then the rest held, ``hold``, or through ``feed`` when there
+    are no whole events), else ``feed``; then ``end``. An event a fast path takes is built from its data. Also
+    whether ``EventTooLarge`` ended the stream."""
     decoder = SSEDecoder(max_event_bytes=limit)
 
     def lines(chunk: bytes) -> list[SSEEvent] | None:
@@ -625,10 +652,14 @@ def decode_as_readers_do(chunks: list[bytes], limit: int | None = None) -> tuple
         if split is None:
             return decoder.feed(chunk)
         whole, rest = split
-        events = lines(whole) if whole else []
+        if not whole:
+            return decoder.feed(rest)
+        events = lines(whole)
         if events is None:
             events = decoder.feed(whole)
-        return events + decoder.feed(rest)
+        if rest:
+            decoder.hold(rest)
+        return events
 
     return _decoded(decoder, take, chunks)
 

@@ -409,12 +409,24 @@ class SSERewriter:
 
     def _split(self, whole: bytes, rest: bytes) -> bytes:
         """The bytes to send for a read cut inside events (``SSEDecoder.split_read``): ``whole``, whole events, as a
-        read of them (``_lines`` when they are ``data: `` lines), then ``rest`` through the decoder. While the
-        decoder holds the start of the next event, the run of one shape waits for its end (``_paused``). Not
-        ``SSEDecoder.split_lines``, which feeds ``rest`` first: a run may start in ``whole`` only while the decoder
-        holds nothing, and each event here needs its bytes."""
+        read of them (a run of one shape goes on into them, ``_run``; then ``_lines`` when they are ``data: `` lines),
+        then ``rest``, the start of the next event, held by the decoder (``SSEDecoder.hold``), while the run waits
+        for its end (``_paused``). Not ``SSEDecoder.split_lines``, which holds ``rest`` first: a run may start in
+        ``whole`` only while the decoder holds nothing, and each event here needs its bytes."""
         decoder = self._decoder
+        if not whole:  # the start of an event without its end, or a part over the event bound: through the decoder
+            try:
+                events = decoder.feed(rest)
+            except EventTooLarge as exc:
+                raise event_too_large(exc.limit) from None
+            out = [self._event(event) for event in events]
+            if not decoder.between_events():
+                self._paused, self._lead = self._lead, None
+            return b"".join(out)
         sent: list[bytes] = []
+        lead = self._lead
+        if lead is not None:
+            whole = self._run(lead, whole, sent)
         if whole:
             lines = decoder.data_lines(whole)
             if lines is not None:
@@ -422,14 +434,31 @@ class SSERewriter:
             else:
                 sent += [self._event(event) for event in decoder.feed(whole)]
         if rest:
-            try:
-                events = decoder.feed(rest)
-            except EventTooLarge as exc:  # (only when ``whole`` is empty: ``split_read`` bounds both parts)
-                raise event_too_large(exc.limit) from None
-            sent += [self._event(event) for event in events]
-            if not decoder.between_events():
-                self._paused, self._lead = self._lead, None
+            decoder.hold(rest)
+            self._paused, self._lead = self._lead, None
         return b"".join(sent)
+
+    def _run(self, lead: ChunkShape, chunk: bytes, sent: list[bytes]) -> bytes:
+        """Rewrite the events at the start of ``chunk`` (whole events at an event boundary, within the event bound)
+        with ``lead``, the run's shape, onto ``sent``, while each has it; return the rest of ``chunk``, from the first
+        event it does not take on (``self._lead`` is then ``None``). Each event is cut at its first blank line and
+        given to ``ChunkShape.rewrite``, as ``feed`` gives it a read of one: an event the shape takes is one ``data: ``
+        line, so no line parser need read it, nor ``SSEDecoder.data_lines`` split it; a cut at any other line's end
+        gives bytes it does not take."""
+        rewrite, find, add = lead.rewrite, chunk.find, sent.append  # (once a read: each runs once an event)
+        start = 0
+        size = len(chunk)
+        while start < size:
+            # an event the shape takes is one line: its first line end is followed by the blank line (a ``memchr``
+            # for one byte, where a search for ``\n\n`` reads each byte; ``chunk`` ends with a blank line)
+            end = find(_LF, start) + 2
+            out = rewrite(chunk[start:end])
+            if out is None:
+                self._lead = None
+                return chunk[start:] if start else chunk
+            add(out)
+            start = end
+        return b""
 
     def _lines(self, chunk: bytes, lines: list[bytes]) -> bytes:
         """The bytes to send for ``chunk``, whole events of one ``data: `` line each whose data are ``lines``

@@ -140,8 +140,12 @@ class SSEDecoder:
             split = self.split_read(chunk)
             if split is not None:  # the read ends the held event: it and the read as reads at event boundaries
                 whole, rest = split
-                events = self.feed(whole) if whole else []
-                return events + self.feed(rest) if rest else events
+                if not whole:  # (over the bound: ``feed`` bounds it)
+                    return self.feed(rest)
+                events = self.feed(whole)
+                if rest:
+                    self.hold(rest)
+                return events
         if chunk:
             self._buf += chunk
         return self._parse(final=False)
@@ -155,13 +159,15 @@ class SSEDecoder:
     def split_read(self, chunk: bytes) -> tuple[bytes, bytes] | None:
         """A read cut inside events (a network cuts a stream where its segments end, not where its events do) as
         ``(whole, rest)``: ``whole`` is whole events at an event boundary, which a fast path such as ``data_lines``
-        may take, and ``rest`` goes to ``feed`` after them; together they give the events ``feed(chunk)`` gives.
+        may take, and ``rest`` goes to ``hold`` after them (to ``feed`` when ``whole`` is empty); together they give
+        the events ``feed(chunk)`` gives.
 
         When ``chunk`` ends the event the decoder holds, the decoder lets go of it and the read is that event's
         bytes and ``chunk``: copied once, however many reads the event took. ``whole`` ends where the read's last
-        blank line does, and ``rest`` is then the start of the next event (no blank line). When ``whole`` or
-        ``rest`` would be over the event bound, ``whole`` is ``b""`` and ``rest`` all of the read (the held
-        bytes and ``chunk``), which ``feed`` bounds.
+        blank line does, and ``rest`` is then the start of the next event (no blank line). ``whole`` is ``b""`` for
+        a read at an event boundary without a blank line (``rest`` is the read), and when ``whole`` or ``rest`` would
+        be over the event bound (``rest`` is then all of the read, the held bytes and ``chunk``, which ``feed``
+        bounds).
 
         Returns ``None``, nothing consumed, for a read that is none such: one at an event boundary at both ends
         (``data_lines`` or ``feed`` takes it), one that does not end the held event, one with a ``\\r`` in it or in
@@ -207,11 +213,21 @@ class SSEDecoder:
         if split is None:
             return None
         whole, rest = split
-        lines = (self.framed_lines(whole) if framed else self.data_lines(whole)) if whole else []
+        if not whole:  # the start of an event without its end, or a part over the bound: ``feed`` holds or bounds it
+            return [], self.feed(rest)
+        lines = self.framed_lines(whole) if framed else self.data_lines(whole)
         events = self.feed(whole) if lines is None else []
         if rest:
-            events += self.feed(rest)
+            self.hold(rest)
         return lines or [], events
+
+    def hold(self, rest: bytes) -> None:
+        """Hold ``rest``, the second part of a ``split_read`` whose first part, ``whole``, is not empty and was taken
+        (by ``feed``, ``data_lines`` or ``framed_lines``): the start of the next event, which ``split_read`` made
+        sure has no blank line, no ``\\r`` and is within the bound. It is held as ``feed`` holds an unfinished event,
+        unread: its lines are read when the event ends (``_parse``), or not at all when the read that ends it takes it
+        back (``split_read``). ``feed(rest)`` gives the same state, after checks that ``split_read`` made already."""
+        self._buf += rest
 
     def single_data(self, chunk: bytes) -> bytes | None:
         """The data of ``chunk`` when it is exactly one whole event of one ``data:`` line, else ``None``.
