@@ -562,3 +562,20 @@ def test_no_run_of_a_shape_outlives_the_stream() -> None:
         assert rw.feed(answer(b"z")) == b'data: {"id":"d1","choices":[{"index":0,"delta":{"content":"z"}}]}\n\n'
         assert rw._lead is rw._shape  # past the start once more, a run may start again
         assert rw.feed(b"\xef\xbb\xbf" + answer(b"c")) == b"\xef\xbb\xbf" + answer(b"c")
+
+
+@pytest.mark.parametrize("between", [b": keep-alive\n\n", b"id: 9\n\n", b"\n"])
+def test_a_run_goes_on_over_other_events_in_a_read_cut_inside_events(between: bytes) -> None:
+    # a comment, an event of another field or a lone blank line between a run's events, in a read that ends inside
+    # the next event: the run waits for that event's end and takes it, as it does across such events read whole
+    events = [deepseek(f"r{n}") for n in range(16)]
+    rw = rewriter()
+    sent = [rw.feed(event) for event in events[:12]]
+    assert rw._lead is not None and rw._lead is rw._shape
+    cut = events[12] + events[13] + between + events[14][:20]
+    sent.append(rw.feed(cut))
+    assert rw._paused is rw._shape  # the start of events[14] held, the run waiting for its end
+    sent.append(rw.feed(events[14][20:] + events[15]))
+    assert rw._lead is rw._shape
+    reads = [*events[:12], cut, events[14][20:] + events[15]]
+    assert [*sent, rw.finish()] == run(reads, shapes=False)[0]

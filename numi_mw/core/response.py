@@ -345,8 +345,9 @@ class SSERewriter:
         self._repeats = 0
         # the shape, while it rewrote the last event and the decoder held nothing after it: tried on the next
         # chunk within the event bound before the decoder (``feed``), whose state its rewrites leave as it is, on
-        # each event of a read of several data lines, its first included (``_lines``), and on the next event of a
-        # chunk the decoder cut into many (``_event``), before the prefilter
+        # each event of a read of several data lines, its first included (``_lines``), on the first whole events of
+        # a read cut inside events (``_run``), and on the next event of a chunk the decoder cut into many
+        # (``_event``), before the prefilter
         self._lead: ChunkShape | None = None
         # the run, while the decoder holds the start of the event after it (``_split``): the lead again once a read
         # ends that event (``SSEDecoder.split_read``)
@@ -411,8 +412,9 @@ class SSERewriter:
         """The bytes to send for a read cut inside events (``SSEDecoder.split_read``): ``whole``, whole events, as a
         read of them (a run of one shape goes on into them, ``_run``; then ``_lines`` when they are ``data: `` lines),
         then ``rest``, the start of the next event, held by the decoder (``SSEDecoder.hold``), while the run waits
-        for its end (``_paused``). Not ``SSEDecoder.split_lines``, which holds ``rest`` first: a run may start in
-        ``whole`` only while the decoder holds nothing, and each event here needs its bytes."""
+        for its end (``_paused``). Not ``SSEDecoder.split_lines``, which holds ``rest`` before its caller reads
+        ``whole``: a run may start in ``whole`` (``_data``) only while the decoder holds nothing, and each event here
+        needs its bytes."""
         decoder = self._decoder
         if not whole:  # the start of an event without its end, or a part over the event bound: through the decoder
             try:
@@ -439,22 +441,23 @@ class SSERewriter:
         return b"".join(sent)
 
     def _run(self, lead: ChunkShape, chunk: bytes, sent: list[bytes]) -> bytes:
-        """Rewrite the events at the start of ``chunk`` (whole events at an event boundary, within the event bound)
-        with ``lead``, the run's shape, onto ``sent``, while each has it; return the rest of ``chunk``, from the first
-        event it does not take on (``self._lead`` is then ``None``). Each event is cut at its first blank line and
-        given to ``ChunkShape.rewrite``, as ``feed`` gives it a read of one: an event the shape takes is one ``data: ``
-        line, so no line parser need read it, nor ``SSEDecoder.data_lines`` split it; a cut at any other line's end
-        gives bytes it does not take."""
+        """Rewrite the events at the start of ``chunk`` (whole events at an event boundary, within the event bound,
+        no ``\\r``) with ``lead``, the run's shape, onto ``sent``, while each has it; return the rest of ``chunk``,
+        from the first event it does not take on. Each event is cut after its first line end and the byte after it,
+        and given to ``ChunkShape.rewrite``, as ``feed`` gives it a read of one: an event the shape takes is one
+        ``data: `` line and its blank line, so no line parser need read it, nor ``SSEDecoder.data_lines`` split it,
+        and the bytes cut from an event of more lines (their second byte is not a blank line) it does not take. The
+        run is left to the path that takes the rest (``_lines``, ``_event``), which ends it at a ``data`` event the
+        shape does not take: a comment or another field between a run's events does not end it."""
         rewrite, find, add = lead.rewrite, chunk.find, sent.append  # (once a read: each runs once an event)
         start = 0
         size = len(chunk)
         while start < size:
-            # an event the shape takes is one line: its first line end is followed by the blank line (a ``memchr``
-            # for one byte, where a search for ``\n\n`` reads each byte; ``chunk`` ends with a blank line)
+            # a ``memchr`` for one byte, where a search for ``\n\n`` reads each byte (``chunk`` ends with a blank
+            # line, so a line end is found)
             end = find(_LF, start) + 2
             out = rewrite(chunk[start:end])
             if out is None:
-                self._lead = None
                 return chunk[start:] if start else chunk
             add(out)
             start = end

@@ -202,9 +202,10 @@ class SSEDecoder:
     def split_lines(self, chunk: bytes, *, framed: bool = False) -> tuple[list[bytes], list[SSEEvent]] | None:
         """``split_read`` for a reader of each event's data alone: ``(lines, events)``, the data of the read's whole
         events when each is one ``data:`` line (``data_lines``; after at most one ``event:`` line with ``framed``,
-        ``framed_lines``), else ``[]`` and those events among ``events``, which holds the events ``feed`` gives for
-        the rest after them. The rest is fed before this returns, so that a reader that raises on an event leaves
-        the decoder in step with the stream, as ``feed`` of the whole read would. ``None`` as ``split_read``.
+        ``framed_lines``), else ``[]`` and those events in ``events``. The rest, the start of the next event, is
+        held (``hold``) before this returns, so that a reader that raises on an event leaves the decoder in step with
+        the stream, as ``feed`` of the whole read would; when the read has no whole event (``split_read``'s first
+        part is empty) it goes to ``feed``, and ``events`` holds what that gives. ``None`` as ``split_read``.
 
         Raises:
             EventTooLarge: as ``feed``, only when ``lines`` would be empty.
@@ -223,10 +224,13 @@ class SSEDecoder:
 
     def hold(self, rest: bytes) -> None:
         """Hold ``rest``, the second part of a ``split_read`` whose first part, ``whole``, is not empty and was taken
-        (by ``feed``, ``data_lines`` or ``framed_lines``): the start of the next event, which ``split_read`` made
-        sure has no blank line, no ``\\r`` and is within the bound. It is held as ``feed`` holds an unfinished event,
-        unread: its lines are read when the event ends (``_parse``), or not at all when the read that ends it takes it
-        back (``split_read``). ``feed(rest)`` gives the same state, after checks that ``split_read`` made already."""
+        whole (by ``feed``, ``data_lines``, ``framed_lines``, or a stream rewriter's run of one shape, which runs
+        only past the stream's start): the start of the next event, which ``split_read`` made sure has no blank line,
+        no ``\\r`` and is within the bound, after whole events that leave the decoder holding nothing. It is held
+        unread, as ``feed`` holds an unfinished event of one or two lines: its lines are read when the event ends
+        (``_parse``), or not at all when the read that ends it takes it back (``split_read``). ``feed(rest)`` would
+        give the same events, after checks that ``split_read`` made already. Nothing is checked here: a ``rest``
+        that is not such a part (one with a blank line, say) is held as it is."""
         self._buf += rest
 
     def single_data(self, chunk: bytes) -> bytes | None:
