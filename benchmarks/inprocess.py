@@ -364,7 +364,7 @@ def _floor_stream(events: list[bytes]) -> Callable[[], bytes]:
             data = decoder.single_data(event)
             if data is None:  # a read of several events, or cut inside one: each event of it as one of a read
                 out.append(b"".join([_floor_event(e.raw, e.data, decode, encode) for e in decoder.feed(event)]))
-            elif data.find(b"reasoning") < 0 or data == b"[DONE]":
+            elif data.find(b"reasoning") < 0 or data == b"[DONE]":  # ``_floor_event``'s rule, written out as above
                 out.append(event)
             else:
                 out.append(b"data: " + encode(decode(data)) + b"\n\n")
@@ -529,12 +529,9 @@ def run_stream(config: Config) -> list[Measurement]:
     out.append(think.cost_measurement(config))  # beside the plain stream's row
     out += accumulate.measurements(config)  # what storing the answer costs
     for stem, raw in payloads.fixture_streams().items():
+        events = payloads.split_events(raw)
         out += stream_measurements(
-            f"stream.fixture.{stem}",
-            f"recorded {stem}.sse",
-            payloads.split_events(raw),
-            config.fixture_rounds,
-            config.batch_seconds,
+            f"stream.fixture.{stem}", f"recorded {stem}.sse", events, config.fixture_rounds, config.batch_seconds
         )
         # the same stream as a network hands it over: reads of one TCP segment's payload, cut inside events
         out += stream_measurements(
@@ -543,7 +540,7 @@ def run_stream(config: Config) -> list[Measurement]:
             payloads.split_segments(raw),
             config.fixture_rounds,
             config.batch_seconds,
-            count=len(payloads.split_events(raw)),
+            count=len(events),
         )
     for wire, raw in payloads.native_streams().items():
         events = payloads.split_events(raw)
