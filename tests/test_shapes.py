@@ -579,3 +579,20 @@ def test_a_run_goes_on_over_other_events_in_a_read_cut_inside_events(between: by
     assert rw._lead is rw._shape
     reads = [*events[:12], cut, events[14][20:] + events[15]]
     assert [*sent, rw.finish()] == run(reads, shapes=False)[0]
+
+
+def test_a_run_goes_on_after_a_whole_comment_read_alone() -> None:
+    # OpenRouter's keep-alive comment as a read of its own between a run's events: it goes as it came, the decoder
+    # takes no part (nothing held, no event built), and the run takes the next event, as with no comment
+    events = [deepseek(f"r{n}") for n in range(14)]
+    comment = b": OPENROUTER PROCESSING\n\n"
+    rw = rewriter()
+    sent = [rw.feed(event) for event in events[:12]]
+    assert rw._lead is not None and rw._lead is rw._shape
+    sent.append(rw.feed(comment))
+    assert sent[-1] is comment
+    assert rw._lead is rw._shape and rw._decoder.between_events()
+    sent += [rw.feed(event) for event in events[12:]]
+    assert rw._lead is rw._shape
+    reads = [*events[:12], comment, *events[12:]]
+    assert [*sent, rw.finish()] == run(reads, shapes=False)[0]

@@ -589,6 +589,40 @@ def test_hold_keeps_the_rest_as_feed_would() -> None:
     assert decoder.flush() == []
 
 
+def test_single_comment_takes_one_whole_comment_at_an_event_boundary() -> None:
+    # OpenRouter's keep-alive, read alone: taken, and the decoder left as feed leaves it (the stream's start passed)
+    comment = b": OPENROUTER PROCESSING\n\n"
+    decoder = SSEDecoder(max_event_bytes=len(comment))
+    assert not decoder.between_events()  # the stream's first bytes may bring a BOM
+    assert decoder.single_comment(comment) is True
+    assert decoder.between_events() and decoder.held == 0
+    fed = SSEDecoder(max_event_bytes=len(comment))
+    assert fed.feed(comment) == [SSEEvent(comment, None, None, None, True)]
+    assert fed.between_events()
+    assert decoder.single_comment(b":\n\n") is True  # a comment line with no text
+    # anything else is left to the other paths, nothing consumed
+    for chunk in (
+        b"",
+        b"\n\n",
+        b":\n",
+        b": a\n",
+        b": a\n: b\n\n",
+        b": a\r\n\r\n",
+        b": a\rdata: b\n\n",  # a ``\r`` ends a line too: a comment, then a data line
+        b": a\n\n: b\n\n",
+        b": a\n\ndata: b\n\n",
+        b"data: a\n\n",
+        b"id: 1\n\n",
+        b": " + b"x" * len(comment) + b"\n\n",  # over the bound
+    ):
+        assert decoder.single_comment(chunk) is False, chunk
+        assert decoder.between_events() and decoder.held == 0
+    decoder.feed(b"data: a")  # an event held: a comment read now is a line of it
+    assert decoder.single_comment(b": b\n\n") is False
+    assert decoder.held == len(b"data: a")
+    assert decoder.feed(b"\n: b\n\n") == [SSEEvent(b"data: a\n: b\n\n", b"a")]
+
+
 def test_split_read_keeps_a_dropped_bom_and_the_bound() -> None:
     decoder = SSEDecoder()
     decoder.feed(b"\xef\xbb\xbfdata: a\n")  # the stream's BOM, dropped once its first line ended
@@ -631,7 +665,8 @@ def _decoded(
 
 def decode_as_readers_do(chunks: list[bytes], limit: int | None = None) -> tuple[list[SSEEvent], bool]:
     """Every event of ``chunks`` as the stream readers take them (``SSERewriter``, ``NativeSSERewriter``,
-    ``Accumulator.feed_sse``): ``single_data``, ``data_lines``, ``split_read`` (its whole events through
+    ``Accumulator.feed_sse``): ``single_data``, ``single_comment`` (``SSERewriter``, ``Accumulator.feed_sse``),
+    ``data_lines``, ``split_read`` (its whole events through
     ``data_lines`` when it takes them, else ``feed``; then the rest held, ``hold``, or through ``feed`` when there
     are no whole events), else ``feed``; then ``end``. An event a fast path takes is built from its data. Also
     whether ``EventTooLarge`` ended the stream."""
@@ -645,6 +680,8 @@ def decode_as_readers_do(chunks: list[bytes], limit: int | None = None) -> tuple
         single = decoder.single_data(chunk)
         if single is not None:
             return [SSEEvent(chunk, single)]
+        if decoder.single_comment(chunk):
+            return [SSEEvent(chunk, None, None, None, True)]
         events = lines(chunk)
         if events is not None:
             return events

@@ -425,6 +425,8 @@ class Accumulator:
         if single is not None:
             self._data(single)
             return
+        if decoder.single_comment(data):  # a whole keep-alive comment: nothing to take
+            return
         lines = decoder.data_lines(data)  # several such events read at once
         if lines is not None:
             for line in lines:

@@ -386,9 +386,14 @@ class SSERewriter:
                 return chunk
             return self._data(chunk, data, at, None, None)
         decoder = self._decoder
-        # a keep-alive comment, whole as upstreams send it, goes straight to the decoder (its bytes read as ints: a
-        # method call here would cost OpenRouter's streams, a comment in every few events, more than it saves)
-        if not (chunk and chunk[0] == _COLON and chunk[-1] == _LF):
+        # a keep-alive comment, whole as upstreams send it (OpenRouter's ``: OPENROUTER PROCESSING``), goes as it came,
+        # and a run of one shape goes on after it; its first and last bytes are read as ints first, so that no other
+        # read pays for the call, and a read that starts with ``:`` is no read of ``data:`` lines
+        if chunk and chunk[0] == _COLON and chunk[-1] == _LF:
+            if decoder.single_comment(chunk):
+                self._lead, self._paused = lead, None
+                return chunk
+        else:
             lines = decoder.data_lines(chunk)
             if lines is not None:  # several such events: each as a chunk of its own, without the decoder's events
                 self._lead = lead  # (a run goes on into the read's first event)

@@ -254,6 +254,24 @@ class SSEDecoder:
             return chunk[6:-2] if chunk[5] == _SPACE else chunk[5:-2]
         return None
 
+    def single_comment(self, chunk: bytes) -> bool:
+        """Whether ``chunk`` is exactly one whole event of one comment line (``: OPENROUTER PROCESSING``, a keep-alive),
+        taken as ``single_data`` takes a data line: at an event boundary, without ``\\r``, within the bound. Such an
+        event dispatches nothing (WHATWG HTML "Server-sent events", "Interpreting an event stream"), so a reader
+        passes its bytes on and the decoder's state is as ``feed`` would leave it; when it returns ``False`` nothing
+        was consumed, and ``chunk`` goes to ``feed``."""
+        if (
+            chunk.find(b"\n") == len(chunk) - 2
+            and chunk[-1] == _LF
+            and chunk[0] == _COLON
+            and _CR not in chunk
+            and not self._buf
+            and len(chunk) <= self._limit
+        ):
+            self._at_start = False
+            return True
+        return False
+
     def data_lines(self, chunk: bytes) -> list[bytes] | None:
         """The data of each event of ``chunk`` when it is nothing but whole events of one ``data: `` line each (the
         space after the colon included), in order, else ``None``.
