@@ -388,7 +388,8 @@ class SSERewriter:
         decoder = self._decoder
         # a keep-alive comment, whole as upstreams send it (OpenRouter's ``: OPENROUTER PROCESSING``), goes as it came,
         # and a run of one shape goes on after it; its first and last bytes are read as ints first, so that no other
-        # read pays for the call, and a read that starts with ``:`` is no read of ``data:`` lines
+        # read pays for the call; any other read that starts with ``:`` (a comment with more, the rest of a line the
+        # decoder holds) goes to the decoder
         if chunk and chunk[0] == _COLON and chunk[-1] == _LF:
             if decoder.single_comment(chunk):
                 self._lead, self._paused = lead, None

@@ -256,10 +256,10 @@ class SSEDecoder:
 
     def single_comment(self, chunk: bytes) -> bool:
         """Whether ``chunk`` is exactly one whole event of one comment line (``: OPENROUTER PROCESSING``, a keep-alive),
-        taken as ``single_data`` takes a data line: at an event boundary, without ``\\r``, within the bound. Such an
-        event dispatches nothing (WHATWG HTML "Server-sent events", "Interpreting an event stream"), so a reader
-        passes its bytes on and the decoder's state is as ``feed`` would leave it; when it returns ``False`` nothing
-        was consumed, and ``chunk`` goes to ``feed``."""
+        taken as ``single_data`` takes a data line: when nothing is held (at the stream's first byte too: a ``:`` starts
+        no BOM), without ``\\r``, within the bound. ``feed`` would give it as one event without data whose bytes are
+        ``chunk`` (a comment dispatches nothing, WHATWG HTML "Server-sent events"), which every reader passes on or
+        skips; the decoder is left as ``feed`` would leave it. When it returns ``False`` nothing was consumed."""
         if (
             chunk.find(b"\n") == len(chunk) - 2
             and chunk[-1] == _LF
