@@ -612,8 +612,8 @@ def _has_workers_option() -> bool:
 
 
 def scale_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
-    """The ``scale`` case: memory per open idle stream (and req/s meanwhile); ``--workers 2`` over ``1``; the access
-    log's cost."""
+    """The ``scale`` case: memory per open idle stream (and req/s meanwhile, over the mean of two runs with the fewest
+    streams, one before the other counts and one after them); ``--workers 2`` over ``1``; the access log's cost."""
     raise_open_files()
     have_wrk = shutil.which("wrk") is not None
     if not have_wrk:
@@ -623,7 +623,7 @@ def scale_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
     rss: dict[int, int] = {}
     ready: dict[int, int] = {}
     rates: dict[int, float] = {}
-    again: list[float] = []  # the rate with the fewest streams, measured again once the others were (``RATE_AGAIN``)
+    again: list[float] = []  # the rate with the fewest streams, measured again once the others were
     body = payloads.request_2kb()
     port = loopback.free_port()
     paced = [sys.executable, "-m", "benchmarks.paced", "--port", str(port), "--idle-gap-s", "3"]
@@ -643,7 +643,11 @@ def scale_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
         target = Target("numi_mw", url)
         if have_wrk:
             wrk(target, "json", body, 4, 1, workdir)  # warm up
-        for visit, count in enumerate([*counts, *counts[:1]] if have_wrk and RATE_AGAIN else counts):
+        # the rate with the fewest streams is measured again after the others, and the row compares the most streams'
+        # rate with the mean of the two, so that a drift of the machine's load over the case cancels: with one run
+        # of each count, in order, the row read 0.75, 0.87, 0.92 and 1.07 in four runs of the same code, the rate with
+        # one stream open 1,550 to 2,697 requests a second
+        for visit, count in enumerate([*counts, *counts[:1]] if have_wrk else counts):
             holder = subprocess.Popen(
                 [
                     sys.executable,
@@ -712,12 +716,6 @@ def scale_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
     out.append(_access_log_row(config, say, have_wrk))
     return out
 
-
-RATE_AGAIN = True
-"""``scale.rate_with_streams`` measures the rate with the fewest open streams again after the others, and compares
-the most streams' rate with the mean of the two, so that a drift of the machine's load over the case cancels. With
-one run of each count, in order, the row read 0.75, 0.87, 0.92 and 1.07 in four runs of the same code, the rate with
-one stream open 1,550 to 2,697 requests a second."""
 
 ACCESS_LOG_ROUNDS = 2
 """Interleaved rounds of the ``scale.access_log`` row, each one sidecar with its access log and one without."""
