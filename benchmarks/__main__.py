@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks",
         description="numi_mw benchmarks: ratios against the bare app, a stdlib-json baseline and other proxies.",
     )
-    parser.add_argument("--quick", action="store_true", help="few rounds and small sizes (under a minute)")
+    parser.add_argument("--quick", action="store_true", help="few rounds and small sizes (one to two minutes)")
     parser.add_argument("--json", action="store_true", help="JSON lines on stdout (the table goes to stderr)")
     parser.add_argument(
         "--cases",

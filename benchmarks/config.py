@@ -1,4 +1,4 @@
-"""Run settings: the default run (under five minutes on 2 cores) and ``--quick`` (under a minute)."""
+"""Run settings: the default run (about 10 minutes on 2 cores) and ``--quick`` (one to two minutes)."""
 
 from __future__ import annotations
 
