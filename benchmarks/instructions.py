@@ -442,12 +442,11 @@ FLOOR_RATIOS = (
     ("request.body_8mb", "floor.pass_8mb", 1.5),
     ("stream.spec_2000", "stream.floor_2000", FLOOR_TARGET_SPEC),
     ("stream.openrouter_2000", "stream.floor_openrouter_2000", FLOOR_TARGET_SPEC),
-    ("stream.deepseek", "stream.floor_deepseek", FLOOR_TARGET_RECORDED),
-    ("stream.groq", "stream.floor_groq", FLOOR_TARGET_RECORDED),
-    ("stream.claude", "stream.floor_claude", FLOOR_TARGET_RECORDED),
-    ("stream.snowflake", "stream.floor_snowflake", FLOOR_TARGET_RECORDED),
-    ("stream.o3", "stream.floor_o3", FLOOR_TARGET_RECORDED),
-    *((f"stream.{name}_segments", f"stream.floor_{name}_segments", FLOOR_TARGET_RECORDED) for name in RECORDED),
+    *(
+        (f"stream.{name}{cut}", f"stream.floor_{name}{cut}", FLOOR_TARGET_RECORDED)
+        for cut in ("", "_segments")
+        for name in RECORDED
+    ),
 )
 """The targets of the request rows and the stream rows against their floors, in instructions (the timed rows,
 whose stream targets these are, are in ``inprocess``)."""
