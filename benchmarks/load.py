@@ -676,11 +676,13 @@ def scale_rows(config: Config, say: Callable[[str], None]) -> list[Measurement]:
                 resident = _rss(pid) or 0
                 if visit < len(counts):
                     ready[count], rss[count] = opened, resident
-                rate = wrk(target, "json", body, 4, config.wrk_seconds, workdir).rate if have_wrk else 0.0
-                if have_wrk and visit < len(counts):
-                    rates[count] = rate
-                elif have_wrk:
-                    again.append(rate)
+                rate = 0.0
+                if have_wrk:
+                    rate = wrk(target, "json", body, 4, config.wrk_seconds, workdir).rate
+                    if visit < len(counts):
+                        rates[count] = rate
+                    else:
+                        again.append(rate)
             finally:
                 if holder.stdin is not None:
                     holder.stdin.close()
