@@ -1,14 +1,14 @@
 """The floor of the sidecar's own stack: ``python -m benchmarks.relay --upstream URL --port N``.
 
-What ``numi-mw serve`` runs on, with nothing else: uvicorn with httptools and uvloop, a bare ASGI app, and one
-``aiohttp.ClientSession`` to the upstream (no Starlette, no httpx, no operations layer, no reasoning rules). The request
-body is read whole and forwarded; the answer is relayed piece by piece as aiohttp reads it, so a stream stays a
-stream. The path and query go as the client sent them (still percent-encoded). Hop-by-hop headers, and those a
-``Connection`` header lists, are dropped both ways (RFC 9110 section 7.6.1) by the sidecar's own functions
-(``asgi.forwarded_headers``, ``upstream.answer_headers``: an answer keeps its ``content-length`` unless it came
-chunked), and aiohttp adds none of its default request headers (``User-Agent``, ``Accept``, ``Accept-Encoding``,
-``Content-Type``), as in the sidecar. ``/v1`` stands for the upstream base URL. An upstream that cannot be reached
-gets a 502 with an OpenAI-style error body. It listens on 127.0.0.1 only.
+What ``numi-mw serve`` runs on, with nothing else: uvicorn with httptools and its loop (uvloop, accepting a burst of
+connections at once: ``numi_mw.serve_loop``), a bare ASGI app, and one ``aiohttp.ClientSession`` to the upstream (no
+Starlette, no httpx, no operations layer, no reasoning rules). The request body is read whole and forwarded; the answer
+is relayed piece by piece as aiohttp reads it, so a stream stays a stream. The path and query go as the client sent them
+(still percent-encoded). Hop-by-hop headers, and those a ``Connection`` header lists, are dropped both ways (RFC 9110
+section 7.6.1) by the sidecar's own functions (``asgi.forwarded_headers``, ``upstream.answer_headers``: an answer keeps
+its ``content-length`` unless it came chunked), and aiohttp adds none of its default request headers (``User-Agent``,
+``Accept``, ``Accept-Encoding``, ``Content-Type``), as in the sidecar. ``/v1`` stands for the upstream base URL. An
+upstream that cannot be reached gets a 502 with an OpenAI-style error body. It listens on 127.0.0.1 only.
 
 The same-stack pass-through (``benchmarks.passthrough``) keeps Starlette and httpx's client, which the sidecar
 has left behind, and costs more per request than the sidecar itself; this relay is what a request through the
@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Relay(args.upstream),
         host="127.0.0.1",
         port=args.port,
-        loop="uvloop",
+        loop="numi_mw.serve_loop:new_event_loop",  # the sidecar's loop: uvloop, accepting a burst at once
         http="httptools",
         log_level=args.log_level,
         access_log=False,

@@ -490,6 +490,7 @@ def _serve(args: argparse.Namespace) -> int:
         proxy_headers=False,
         workers=args.workers,
         factory=args.workers > 1,
+        loop="numi_mw.serve_loop:new_event_loop",  # uvloop, accepting a burst of connections at once
     )
     _log_start(args, catalog)
     problem = listen_problem(args.host, args.port)

@@ -606,6 +606,31 @@ def test_serve_leaves_the_forwarded_headers_to_the_upstream(monkeypatch: pytest.
     assert [config.proxy_headers for config in configs] == [False]
 
 
+def test_serve_runs_on_the_loop_that_accepts_a_burst_of_connections_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn's ``loop`` setting names ``numi_mw.serve_loop.new_event_loop`` (uvloop, every pending connection
+    accepted at once), for one process and for each worker."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    from numi_mw.serve_loop import new_event_loop
+
+    _record_the_collector(monkeypatch)
+    configs: list[uvicorn.Config] = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server, sockets=None: configs.append(server.config))
+
+    def one_worker(supervisor: Multiprocess) -> None:
+        for sock in supervisor.sockets:
+            sock.close()
+        configs.append(supervisor.config)
+
+    monkeypatch.setattr(Multiprocess, "run", one_worker)
+    for workers in ("1", "2"):
+        port = str(free_port())
+        assert main(["serve", "--upstream", "http://127.0.0.1:8000/v1", "--port", port, "--workers", workers]) == 0
+    assert [config.loop for config in configs] == ["numi_mw.serve_loop:new_event_loop"] * 2
+    assert [config.get_loop_factory() for config in configs] == [new_event_loop] * 2
+
+
 def test_each_worker_settles_its_own_collector_once_its_app_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     from starlette.applications import Starlette
     from uvicorn.supervisors import Multiprocess
