@@ -478,6 +478,9 @@ def _serve(args: argparse.Namespace) -> int:
     # (about 1 % of a request's instructions, docs/performance.md, "The floor of the stack").
     # With workers, each worker process builds its own app from the same arguments and the catalog read here once
     # (an app holds a pool, a lifespan and a replay store connection, none of which crosses a process boundary).
+    # One process runs on uvloop accepting a burst of connections at once (numi_mw.serve_loop); workers share one
+    # listening socket, and one of them taking a whole burst would keep it (clients keep their connections) while
+    # the others idle, so each takes connections as uvloop does, one per round of its loop (docs/sidecar.md).
     config = uvicorn.Config(
         app if args.workers == 1 else partial(_worker_app, args, catalog),
         host=args.host,
@@ -490,7 +493,7 @@ def _serve(args: argparse.Namespace) -> int:
         proxy_headers=False,
         workers=args.workers,
         factory=args.workers > 1,
-        loop="numi_mw.serve_loop:new_event_loop",  # uvloop, accepting a burst of connections at once
+        loop=SERVE_LOOP if args.workers == 1 else "auto",
     )
     _log_start(args, catalog)
     problem = listen_problem(args.host, args.port)
@@ -506,6 +509,11 @@ def _serve(args: argparse.Namespace) -> int:
 
         Multiprocess(config, sockets=[config.bind_socket()]).run()
     return 0
+
+
+SERVE_LOOP = "numi_mw.serve_loop:new_event_loop"
+"""uvicorn's ``loop`` setting of a ``numi-mw serve`` with one process: uvloop, accepting every pending connection at
+once (``numi_mw.serve_loop``). With ``--workers`` it is uvicorn's own (``auto``: uvloop where installed)."""
 
 
 COLLECTOR_THRESHOLDS = (10_000, 10, 10)

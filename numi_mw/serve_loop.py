@@ -1,4 +1,4 @@
-"""The event loop ``numi-mw serve`` runs on: uvloop, with every pending connection accepted at once.
+"""The event loop a one-process ``numi-mw serve`` runs on: uvloop, with every pending connection accepted at once.
 
 libuv, uvloop's core, accepts one connection each time the loop polls for I/O (libuv 1.45 and later: "unix: don't
 accept() connections in a loop", libuv pull request 3696). On a loop that is busy serving, one poll comes after
@@ -11,7 +11,9 @@ each listening socket is watched by a reader of this module that accepts every p
 (``loop.connect_accepted_socket``), whose transport is the one its own server would have made.
 
 Servers with TLS (``ssl=``) are uvloop's own, unchanged; without uvloop (Windows, PyPy) the loop is asyncio's,
-which already accepts this way.
+which already accepts this way. ``numi-mw serve --workers N`` does not use it: its workers share one listening
+socket, and one that took a whole burst would keep those connections while the others idle (``docs/sidecar.md``,
+"The server").
 """
 
 from __future__ import annotations
