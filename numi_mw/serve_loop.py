@@ -23,7 +23,7 @@ import errno
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 ACCEPT_RETRY_SECONDS = 1.0
@@ -69,7 +69,11 @@ class GreedyServer(asyncio.AbstractServer):
         inner: the server ``loop.create_server(..., start_serving=False)`` made: its sockets are bound, and it
             closes them.
         protocol_factory: what makes each connection's protocol.
-        backlog: the listen backlog, and the most connections one reader call accepts.
+        backlog: the listen backlog, and the most connections one reader call accepts (at least one).
+
+    Unlike asyncio's and uvloop's servers, ``wait_closed`` does not wait for the connections accepted before
+    ``close`` to end: their transports belong to no server (``connect_accepted_socket``). uvicorn waits for its
+    connections itself.
     """
 
     def __init__(
@@ -83,12 +87,15 @@ class GreedyServer(asyncio.AbstractServer):
         self._inner = inner
         self._factory = protocol_factory
         self._backlog = backlog
+        self._batch = max(backlog, 1)  # a reader call that accepted none would be called again at once, forever
         self._listeners: list[socket.socket] = []  # a duplicate of each of inner's sockets, while serving
         self._connecting: set[asyncio.Task[Any]] = set()
+        self._closed = False
+        self._forever: asyncio.Future[None] | None = None
 
     @property
     def sockets(self) -> tuple[Any, ...]:
-        """The listening sockets (uvloop's)."""
+        """The listening sockets (uvloop's); none once closed."""
         return tuple(self._inner.sockets)  # type: ignore[attr-defined]
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
@@ -98,8 +105,8 @@ class GreedyServer(asyncio.AbstractServer):
         return bool(self._listeners)
 
     async def start_serving(self) -> None:
-        """Listen on each socket and accept from it (nothing when already serving)."""
-        if self._listeners:
+        """Listen on each socket and accept from it (nothing when already serving or closed)."""
+        if self._listeners or self._closed:
             return
         for inner in self.sockets:
             listener = socket.socket(fileno=os.dup(inner.fileno()))
@@ -109,11 +116,13 @@ class GreedyServer(asyncio.AbstractServer):
             self._loop.add_reader(listener.fileno(), self._accept, listener)
 
     def _accept(self, listener: socket.socket) -> None:
-        for _ in range(self._backlog):
+        for _ in range(self._batch):
             try:
                 connection, _ = listener.accept()
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            except (BlockingIOError, InterruptedError):
                 return  # nothing more is pending
+            except ConnectionAbortedError:
+                continue  # that one was reset before it was taken; others may be pending
             except OSError as exc:
                 if exc.errno not in _OUT_OF_RESOURCES:
                     raise
@@ -124,7 +133,16 @@ class GreedyServer(asyncio.AbstractServer):
             connection.setblocking(False)
             task = self._loop.create_task(self._loop.connect_accepted_socket(self._factory, connection))
             self._connecting.add(task)
-            task.add_done_callback(self._connecting.discard)
+            task.add_done_callback(self._connected)
+
+    def _connected(self, task: asyncio.Task[Any]) -> None:
+        """A connection's start ended: a failure (the protocol factory raised, say) goes to the loop's exception
+        handler, as a failure in uvloop's own server does."""
+        self._connecting.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            self._loop.call_exception_handler(
+                {"message": "a connection accepted by numi_mw.serve_loop could not start", "exception": error}
+            )
 
     def _resume(self, listener: socket.socket) -> None:
         if listener in self._listeners:
@@ -132,23 +150,34 @@ class GreedyServer(asyncio.AbstractServer):
 
     def close(self) -> None:
         """Stop accepting and close the listening sockets; open connections stay (as asyncio's ``close``)."""
-        self._stop(self._listeners)
-        self._listeners = []
-        self._inner.close()
-
-    def _stop(self, listeners: Iterable[socket.socket]) -> None:
-        for listener in listeners:
+        self._closed = True
+        for listener in self._listeners:
             self._loop.remove_reader(listener.fileno())
             listener.close()
+        self._listeners = []
+        self._inner.close()
+        if self._forever is not None and not self._forever.done():
+            self._forever.cancel()
 
     async def wait_closed(self) -> None:
+        """Wait until the listening sockets are closed (not for open connections, above)."""
         await self._inner.wait_closed()
 
     async def serve_forever(self) -> None:
-        """Serve until cancelled, then close (as asyncio's ``serve_forever``)."""
+        """Serve until cancelled or closed, then close (as asyncio's ``serve_forever``).
+
+        Raises:
+            RuntimeError: the server is closed, or already being awaited by another ``serve_forever``.
+        """
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+        if self._forever is not None:
+            raise RuntimeError(f"{self!r} is already being awaited on serve_forever()")
         await self.start_serving()
+        self._forever = self._loop.create_future()
         try:
-            await self._loop.create_future()
+            await self._forever
         finally:
+            self._forever = None
             self.close()
             await self.wait_closed()

@@ -234,3 +234,107 @@ def test_serve_forever_serves_until_cancelled_then_closes() -> None:
         writer.close()
 
     _run(scenario)
+
+
+def test_a_backlog_of_zero_still_accepts() -> None:
+    """Linux takes a listen backlog of 0 as one pending connection; a reader call then accepts one, where one that
+    accepted none would be called again at once, forever."""
+    _Echo.made = []
+
+    async def scenario(loop: asyncio.AbstractEventLoop) -> None:
+        server = await loop.create_server(_Echo, "127.0.0.1", 0, backlog=0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"zero")
+        assert await reader.readexactly(4) == b"zero"
+        assert len(_Echo.made) == 1
+        writer.close()
+        server.close()
+
+    _run(scenario)
+
+
+def test_a_connection_reset_before_it_is_taken_does_not_stop_the_others() -> None:
+    _Echo.made = []
+
+    class _AbortedFirst:
+        def __init__(self, real: socket.socket) -> None:
+            self.real = real
+            self.aborted = False
+
+        def fileno(self) -> int:
+            return self.real.fileno()
+
+        def accept(self) -> Any:
+            if not self.aborted:
+                self.aborted = True
+                raise ConnectionAbortedError(errno.ECONNABORTED, "Software caused connection abort")
+            return self.real.accept()
+
+    async def scenario(loop: asyncio.AbstractEventLoop) -> None:
+        server = await loop.create_server(_Echo, "127.0.0.1", 0)
+        assert isinstance(server, GreedyServer)
+        real = server._listeners[0]
+        loop.remove_reader(real.fileno())
+        port = server.sockets[0].getsockname()[1]
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(2)]
+        try:
+            server._accept(_AbortedFirst(real))  # type: ignore[arg-type]
+            assert len(server._connecting) == 2
+            await asyncio.gather(*server._connecting)
+            assert len(_Echo.made) == 2
+        finally:
+            for client in clients:
+                client.close()
+            server.close()
+
+    _run(scenario)
+
+
+def test_a_connection_that_cannot_start_goes_to_the_loops_exception_handler() -> None:
+    class _Refused(Exception):
+        pass
+
+    def refusing_factory() -> asyncio.Protocol:
+        raise _Refused("no protocol")
+
+    async def scenario(loop: asyncio.AbstractEventLoop) -> None:
+        handled: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: handled.append(context))
+        server = await loop.create_server(refusing_factory, "127.0.0.1", 0)
+        assert isinstance(server, GreedyServer)
+        port = server.sockets[0].getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port), timeout=5)
+        try:
+            for _ in range(200):
+                if handled:
+                    break
+                await asyncio.sleep(0.01)
+            assert [context["message"] for context in handled] == [
+                "a connection accepted by numi_mw.serve_loop could not start"
+            ]
+            assert isinstance(handled[0]["exception"], _Refused)
+            assert server._connecting == set()
+        finally:
+            client.close()
+            server.close()
+
+    _run(scenario)
+
+
+def test_serve_forever_refuses_a_closed_server_and_a_second_caller_and_ends_at_close() -> None:
+    async def scenario(loop: asyncio.AbstractEventLoop) -> None:
+        server = await loop.create_server(_Echo, "127.0.0.1", 0, start_serving=False)
+        serving = asyncio.ensure_future(server.serve_forever())
+        await asyncio.sleep(0)
+        with pytest.raises(RuntimeError, match="already being awaited on serve_forever"):
+            await server.serve_forever()
+        server.close()  # ends the first serve_forever, as asyncio's close does
+        with pytest.raises(asyncio.CancelledError):
+            await serving
+        with pytest.raises(RuntimeError, match="is closed"):
+            await server.serve_forever()
+        await server.start_serving()  # a closed server does not listen again
+        assert not server.is_serving()
+
+    _run(scenario)
