@@ -2,13 +2,13 @@
 
 libuv, uvloop's core, accepts one connection each time the loop polls for I/O (libuv 1.45 and later: "unix: don't
 accept() connections in a loop", libuv pull request 3696). On a loop that is busy serving, one poll comes after
-all the work that was ready, so a burst of new connections is taken one per round of work: on a sidecar serving
-64 connections, the 64th of a burst waited about 200 ms for its ``accept``, where the requests themselves took
-under 40 ms (``docs/performance.md``, "Accepting a burst of connections"). asyncio's own loop accepts up to the
-listen backlog at once but costs more CPU per request. So the sidecar keeps uvloop and accepts as asyncio does:
-each listening socket is watched by a reader of this module that accepts every pending connection
-(``socket.accept`` until ``EAGAIN``, at most the backlog) and hands each to uvloop
-(``loop.connect_accepted_socket``), whose transport is the one its own server would have made.
+all the work that was ready, so a burst of new connections is taken one per round of work: with 64 connections
+opened at once, the last one's first answer came 222-250 ms later, where no request took over 42 ms inside the
+sidecar (``docs/performance.md``, "Accepting a burst of connections"). asyncio's own loop accepts up to the listen
+backlog at once but costs more CPU per request. So the sidecar keeps uvloop and accepts as asyncio does: each
+listening socket is watched by a reader of this module that accepts every pending connection (``socket.accept``
+until ``EAGAIN``, at most the backlog) and hands each to uvloop (``loop.connect_accepted_socket``), whose transport
+is of the kind its own server makes (TCP, ``TCP_NODELAY`` set), though counted by no server (``GreedyServer``).
 
 Servers with TLS (``ssl=``) are uvloop's own, unchanged; without uvloop (Windows, PyPy) the loop is asyncio's,
 which already accepts this way. ``numi-mw serve --workers N`` does not use it: its workers share one listening
