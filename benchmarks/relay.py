@@ -27,6 +27,7 @@ import uvicorn
 from yarl import URL
 
 from numi_mw.asgi import HOP_BY_HOP, forwarded_headers
+from numi_mw.serve_loop import UVICORN_LOOP
 from numi_mw.upstream import answer_headers
 from numi_mw.upstream_aiohttp import SKIPPED_AUTO_HEADERS
 
@@ -109,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Relay(args.upstream),
         host="127.0.0.1",
         port=args.port,
-        loop="numi_mw.serve_loop:new_event_loop",  # the sidecar's loop: uvloop, accepting a burst at once
+        loop=UVICORN_LOOP,  # the sidecar's loop: uvloop, accepting a burst at once
         http="httptools",
         log_level=args.log_level,
         access_log=False,

@@ -42,6 +42,7 @@ from numi_mw.core.think import THINK_STARTS, ThinkTags
 from numi_mw.core.usage import usage_rules
 from numi_mw.proxy.ops import LOG_FORMATS, LOG_LEVELS, lean_log_records, log_config
 from numi_mw.replay_store import DEFAULT_MAX_VALUE_BYTES, DEFAULT_TTL
+from numi_mw.serve_loop import UVICORN_LOOP
 from numi_mw.upstream import DEFAULT_UPSTREAM_TRANSPORT, UPSTREAM_TRANSPORTS
 
 if TYPE_CHECKING:
@@ -493,7 +494,7 @@ def _serve(args: argparse.Namespace) -> int:
         proxy_headers=False,
         workers=args.workers,
         factory=args.workers > 1,
-        loop=SERVE_LOOP if args.workers == 1 else "auto",
+        loop=UVICORN_LOOP if args.workers == 1 else "auto",  # auto: uvicorn's own, uvloop where installed
     )
     _log_start(args, catalog)
     problem = listen_problem(args.host, args.port)
@@ -509,11 +510,6 @@ def _serve(args: argparse.Namespace) -> int:
 
         Multiprocess(config, sockets=[config.bind_socket()]).run()
     return 0
-
-
-SERVE_LOOP = "numi_mw.serve_loop:new_event_loop"
-"""uvicorn's ``loop`` setting of a ``numi-mw serve`` with one process: uvloop, accepting every pending connection at
-once (``numi_mw.serve_loop``). With ``--workers`` it is uvicorn's own (``auto``: uvloop where installed)."""
 
 
 COLLECTOR_THRESHOLDS = (10_000, 10, 10)

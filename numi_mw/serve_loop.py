@@ -60,6 +60,11 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return Loop()
 
 
+UVICORN_LOOP = f"{__name__}:{new_event_loop.__name__}"
+"""uvicorn's ``loop`` setting for ``new_event_loop`` (``numi_mw.serve_loop:new_event_loop``): what ``numi-mw serve``
+with one process and the harness's relay floor run on (``uvicorn --loop``, ``uvicorn.Config(loop=...)``)."""
+
+
 class GreedyServer(asyncio.AbstractServer):
     """uvloop's server ``inner``, bound and not listening, served by readers of this loop that accept every
     pending connection at once.
