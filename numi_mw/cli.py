@@ -42,7 +42,6 @@ from numi_mw.core.think import THINK_STARTS, ThinkTags
 from numi_mw.core.usage import usage_rules
 from numi_mw.proxy.ops import LOG_FORMATS, LOG_LEVELS, lean_log_records, log_config
 from numi_mw.replay_store import DEFAULT_MAX_VALUE_BYTES, DEFAULT_TTL
-from numi_mw.serve_loop import UVICORN_LOOP
 from numi_mw.upstream import DEFAULT_UPSTREAM_TRANSPORT, UPSTREAM_TRANSPORTS
 
 if TYPE_CHECKING:
@@ -448,6 +447,8 @@ def _catalog(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
+
+    from numi_mw.serve_loop import UVICORN_LOOP
 
     catalog: Catalog | None = None
     if args.upstream is None and args.provider is not None:
