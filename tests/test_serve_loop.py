@@ -33,6 +33,24 @@ class _Echo(asyncio.Protocol):
         self.transport.write(data)
 
 
+class _FailsOnce:
+    """A listening socket whose first ``accept`` raises ``error``; then the real one's."""
+
+    def __init__(self, real: socket.socket, error: OSError) -> None:
+        self.real = real
+        self.error = error
+        self.failed = False
+
+    def fileno(self) -> int:
+        return self.real.fileno()
+
+    def accept(self) -> Any:
+        if not self.failed:
+            self.failed = True
+            raise self.error
+        return self.real.accept()
+
+
 def _run(scenario: Callable[[asyncio.AbstractEventLoop], Awaitable[None]]) -> None:
     loop = new_event_loop()
     try:
@@ -142,25 +160,11 @@ def test_out_of_file_descriptors_pauses_accepting_and_says_why(
     monkeypatch.setattr(serve_loop, "ACCEPT_RETRY_SECONDS", 0.3)
     _Echo.made = []
 
-    class _ExhaustedOnce:
-        def __init__(self, real: socket.socket) -> None:
-            self.real = real
-            self.failed = False
-
-        def fileno(self) -> int:
-            return self.real.fileno()
-
-        def accept(self) -> Any:
-            if not self.failed:
-                self.failed = True
-                raise OSError(errno.EMFILE, "Too many open files")
-            return self.real.accept()
-
     async def scenario(loop: asyncio.AbstractEventLoop) -> None:
         server = await loop.create_server(_Echo, "127.0.0.1", 0)
         assert isinstance(server, GreedyServer)
         real = server._listeners[0]
-        exhausted = _ExhaustedOnce(real)
+        exhausted = _FailsOnce(real, OSError(errno.EMFILE, "Too many open files"))
         server._listeners[0] = exhausted  # type: ignore[call-overload]
         loop.add_reader(real.fileno(), server._accept, exhausted)  # type: ignore[arg-type]
         port = server.sockets[0].getsockname()[1]
@@ -257,20 +261,6 @@ def test_a_backlog_of_zero_still_accepts() -> None:
 def test_a_connection_reset_before_it_is_taken_does_not_stop_the_others() -> None:
     _Echo.made = []
 
-    class _AbortedFirst:
-        def __init__(self, real: socket.socket) -> None:
-            self.real = real
-            self.aborted = False
-
-        def fileno(self) -> int:
-            return self.real.fileno()
-
-        def accept(self) -> Any:
-            if not self.aborted:
-                self.aborted = True
-                raise ConnectionAbortedError(errno.ECONNABORTED, "Software caused connection abort")
-            return self.real.accept()
-
     async def scenario(loop: asyncio.AbstractEventLoop) -> None:
         server = await loop.create_server(_Echo, "127.0.0.1", 0)
         assert isinstance(server, GreedyServer)
@@ -279,7 +269,9 @@ def test_a_connection_reset_before_it_is_taken_does_not_stop_the_others() -> Non
         port = server.sockets[0].getsockname()[1]
         clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(2)]
         try:
-            server._accept(_AbortedFirst(real))  # type: ignore[arg-type]
+            aborted = _FailsOnce(real, ConnectionAbortedError(errno.ECONNABORTED, "Software caused connection abort"))
+            server._accept(aborted)  # type: ignore[arg-type]
+            assert aborted.failed
             assert len(server._connecting) == 2
             await asyncio.gather(*server._connecting)
             assert len(_Echo.made) == 2
