@@ -61,6 +61,11 @@ upstream client included:
   ``sidecar.stream_new_upstream.aiohttp``: the buffered request (the stream) in front of ``benchmarks.upstream
   --close``, which closes each connection after its answer, so that the sidecar opens a new upstream connection
   for every request, as it does for each stream of a burst;
+- ``sidecar.stream_paced.aiohttp``, ``floor.relay_stream_paced``: a stream as the ``latency`` case sends it (its
+  raw-socket client, a new connection per stream, ``streams.one_after_another``) in front of ``benchmarks.paced
+  --gap-ms 4``, whose 40 events come 4 ms apart, so that each reaches the server in a read of its own and goes to
+  the client in a write of its own, as at 200 paced streams (the other stream workloads get the whole stream in a
+  few reads): what each event costs the server's shell;
 - ``sidecar.buffered_logged.aiohttp``: the buffered request on aiohttp with ``numi-mw serve`` at its default log
   level, ``info``, so that each request writes its access line (every other server workload runs at ``warning``);
   ``sidecar.buffered_logged_json.aiohttp``: the same with ``--log-format json``;
@@ -159,6 +164,7 @@ SERVER_WORKLOADS: dict[str, int] = {
     "sidecar.buffered_new_upstream.aiohttp": 300,
     "sidecar.buffered_new_upstream.httpcore": 300,
     "sidecar.stream_new_upstream.aiohttp": 100,
+    "sidecar.stream_paced.aiohttp": 20,
     "sidecar.buffered_logged.aiohttp": 300,
     "sidecar.buffered_logged_json.aiohttp": 300,
     "floor.passthrough_buffered": 300,
@@ -166,6 +172,7 @@ SERVER_WORKLOADS: dict[str, int] = {
     "floor.relay_buffered": 300,
     "floor.relay_stream": 100,
     "floor.relay_buffered_new_connection": 300,
+    "floor.relay_stream_paced": 20,
 }
 """The server workloads with their ``N`` (requests of the shorter batch)."""
 
@@ -381,6 +388,8 @@ def _serving(name: str, callgrind_out: str | None) -> Iterator[tuple[int, str]]:
         upstream_command = [sys.executable, "-m", "benchmarks.upstream", "--port", str(upstream_port)]
         if "new_upstream" in name:  # each answer closes its connection: a new upstream connection per request
             upstream_command.append("--close")
+        if "paced" in name:  # each event in a read of its own
+            upstream_command = [sys.executable, "-m", "benchmarks.paced", "--port", str(upstream_port), "--gap-ms", "4"]
         stack.enter_context(loopback.process("upstream", upstream_command, upstream_port))
         command = _server_command(name, f"http://127.0.0.1:{upstream_port}/v1", port)
         if callgrind_out is not None:
@@ -389,16 +398,27 @@ def _serving(name: str, callgrind_out: str | None) -> Iterator[tuple[int, str]]:
         yield stack.enter_context(server), f"http://127.0.0.1:{port}/v1/chat/completions"
 
 
+def send(name: str, url: str, count: int) -> None:
+    """``count`` requests of server workload ``name`` to ``url``, one at a time; raises unless each is answered
+    whole (``_send_requests``; a paced workload's streams, ``streams.one_after_another``)."""
+    from benchmarks.streams import one_after_another
+
+    if "paced" in name:
+        asyncio.run(one_after_another(url, count))
+        return
+    body, marker = _request(name)
+    asyncio.run(_send_requests(url, body, marker, count, close=_new_connections(name)))
+
+
 def _count_server(name: str, n: int) -> int:
     """Instructions one request costs the server of workload ``name`` (``SERVER_WORKLOADS``): its counters over
     ``2N`` requests less those over ``N``, divided by ``N``."""
-    body, marker = _request(name)
     with tempfile.TemporaryDirectory() as folder, _serving(name, f"{folder}/callgrind.out.%p") as (pid, url):
         seen: set[str] = set(os.listdir(folder))
         totals = []
         for count in (max(1, n // 4), n, 2 * n):  # the first batch warms the process up and is not counted
             subprocess.run(["callgrind_control", "--zero", str(pid)], capture_output=True, timeout=120, check=True)
-            asyncio.run(_send_requests(url, body, marker, count, close=_new_connections(name)))
+            send(name, url, count)
             subprocess.run(["callgrind_control", "--dump", str(pid)], capture_output=True, timeout=120, check=True)
             totals.append(_dumped_total(folder, pid, seen))
         return (totals[2] - totals[1]) // n
@@ -459,6 +479,7 @@ SERVER_RATIOS = (
     ("sidecar.buffered.aiohttp", "floor.relay_buffered"),
     ("sidecar.stream.aiohttp", "floor.relay_stream"),
     ("sidecar.buffered_new_connection.aiohttp", "floor.relay_buffered_new_connection"),
+    ("sidecar.stream_paced.aiohttp", "floor.relay_stream_paced"),
 )
 """The server workloads against the same-stack pass-through and the floor of the sidecar's stack (no target:
 neither normalizes anything)."""

@@ -111,6 +111,17 @@ async def _one_stream(
         writer.close()
 
 
+async def one_after_another(url: str, count: int, model: str = "paced") -> Tally:
+    """``count`` streams from the chat completions ``url``, one after another, each on a new connection, as the
+    ``latency`` case's client sends them; raises ``RuntimeError`` (or ``OSError``, ``TimeoutError``) on a stream that
+    does not end with ``[DONE]`` within 60 seconds."""
+    host, port, request = _request(url, model, ())
+    tally = Tally()
+    for _ in range(count):
+        await _one_stream(host, port, request, tally, timeout=60.0)
+    return tally
+
+
 def _percentiles(values: list[float]) -> dict[str, float] | None:
     if len(values) < 2:
         return {"p50": values[0], "p99": values[0], "n": 1} if values else None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import pytest
 
@@ -45,6 +43,8 @@ STREAMED = frozenset(
         "sidecar.stream_new_upstream.aiohttp",
         "floor.passthrough_stream",
         "floor.relay_stream",
+        "sidecar.stream_paced.aiohttp",
+        "floor.relay_stream_paced",
     )
 )
 """The server workloads that send the streamed request (every other one the buffered request)."""
@@ -54,11 +54,10 @@ STREAMED = frozenset(
 def test_a_server_workload_serves_its_requests(name: str) -> None:
     """Each server starts in front of the harness's upstream and answers the workload's requests (here without
     callgrind, which only counts them)."""
-    body, marker = instructions._request(name)
+    marker = instructions._request(name)[1]
     assert marker == (b"data: [DONE]" if name in STREAMED else b'"choices"')
     with instructions._serving(name, None) as (_, url):
-        close = instructions._new_connections(name)
-        asyncio.run(instructions._send_requests(url, body, marker, 2, close=close))  # raises unless both hold it
+        instructions.send(name, url, 2)  # raises unless both are answered whole
 
 
 async def test_the_closing_upstream_closes_each_connection_after_its_answer() -> None:
