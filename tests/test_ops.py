@@ -466,6 +466,68 @@ def test_the_access_line_of_a_request_numi_mw_fails_on_counts_the_500_it_sent(ca
     assert (fields["status"], fields["response_bytes"]) == (500, len(response.content))
 
 
+INTERNAL_ERROR = {
+    "error": {
+        "message": "numi_mw failed on this request; the server's log has the details.",
+        "type": "api_error",
+        "code": "internal_error",
+        "param": None,
+    }
+}
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics"])
+def test_an_operations_path_that_fails_answers_the_openai_style_500_and_raises_on(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object) -> Any:
+        raise RuntimeError("a fault of the operations layer")
+
+    app = create_app(UPSTREAM, transport=httpx.MockTransport(answering()))
+    monkeypatch.setattr("numi_mw.proxy.ops._Readiness.answer", broken)
+    monkeypatch.setattr("numi_mw.proxy.ops.generate_latest", broken)
+    monkeypatch.setattr("numi_mw.proxy.ops._answer", broken)  # the health answer's one step
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.get(path)
+    assert (response.status_code, response.headers["connection"]) == (500, "close")
+    assert response.json() == INTERNAL_ERROR
+    with TestClient(app) as client, pytest.raises(RuntimeError, match="a fault of the operations layer"):
+        client.get(path)
+
+
+def test_the_operations_layer_is_the_sidecars_whole_middleware_stack() -> None:
+    app = create_app(UPSTREAM, transport=httpx.MockTransport(answering()))
+    with TestClient(app) as client:
+        assert client.post("/v1/chat/completions", json=REQUEST).status_code == 200
+    assert type(app.middleware_stack).__name__ == "Operations"
+    assert app.middleware_stack.app is app.router  # type: ignore[attr-defined]
+
+
+def test_middleware_added_to_the_sidecar_runs_in_starlettes_own_stack() -> None:
+    seen: list[str] = []
+
+    class Tagging:
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                seen.append(scope["path"])
+            await self.app(scope, receive, send)
+
+    def faulty(request: httpx.Request) -> httpx.Response:
+        raise RuntimeError("a fault of the transport")
+
+    app = create_app(UPSTREAM, transport=httpx.MockTransport(faulty))
+    app.add_middleware(Tagging)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.post("/v1/chat/completions", json=REQUEST)
+        health = client.get("/healthz")
+    assert (response.status_code, response.json()) == (500, INTERNAL_ERROR)
+    assert (health.status_code, seen) == (200, ["/v1/chat/completions", "/healthz"])
+    assert type(app.middleware_stack).__name__ == "ServerErrorMiddleware"
+
+
 # --- what logs never carry -------------------------------------------------------------------------------------
 
 

@@ -580,10 +580,36 @@ def _json_response(data: Any) -> Response:
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
-    """``ops.internal_error_response``, for Starlette's ``ServerErrorMiddleware``, which sends it for a fault outside
-    the requests ``ops.Operations`` observes (those it answers itself) and raises the exception again, for the server
-    to log."""
+    """``ops.internal_error_response``, for Starlette's ``ServerErrorMiddleware`` when the app has its full middleware
+    stack (``_App``): it sends it for a fault outside ``ops.Operations`` (which answers its own) and raises the
+    exception again, for the server to log."""
     return internal_error_response()
+
+
+class _App(Starlette):
+    """The sidecar's Starlette app, whose middleware stack is ``ops.Operations`` alone in front of the router.
+
+    Starlette puts its ``ServerErrorMiddleware`` and ``ExceptionMiddleware`` around every app's middleware, and each
+    wraps ``send`` in a coroutine of its own, which every message of every answer then passes through: two more
+    steps for each event of a stream. Neither has work here: ``Operations`` answers a fault with the OpenAI-style
+    500 itself (on every path it serves) and raises it on to the server, and nothing the router reaches raises
+    Starlette's ``HTTPException``. An app given more middleware (``add_middleware``), other exception handlers, a
+    ``max_body_size`` or ``debug`` gets Starlette's own stack (``Starlette.build_middleware_stack``, which FastAPI
+    overrides the same way), with those in it.
+    """
+
+    def build_middleware_stack(self) -> ASGIApp:
+        if (
+            self.debug
+            or getattr(self, "max_body_size", None) is not None
+            or self.exception_handlers != {Exception: _internal_error}
+            or len(self.user_middleware) != 1
+        ):
+            return super().build_middleware_stack()
+        cls, args, kwargs = self.user_middleware[0]
+        if cls is not Operations:
+            return super().build_middleware_stack()
+        return Operations(self.router, *args, **kwargs)
 
 
 def create_app(
@@ -728,7 +754,7 @@ def create_app(
         replay=replay,
         upstream_transport=opened,
     )
-    app = Starlette(
+    app = _App(
         middleware=[Middleware(Operations, sidecar=sidecar, prefix=ops_prefix, metrics=metrics)],
         exception_handlers={Exception: _internal_error},
         lifespan=sidecar.lifespan,

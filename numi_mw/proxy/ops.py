@@ -286,7 +286,7 @@ class Operations:
 
     A request the app fails on (an exception numi_mw did not expect) before its response started gets the
     OpenAI-style 500 (``errors.internal_error``) from here, so that its access line and metrics count what was
-    sent; the exception is raised on, for the server to log.
+    sent; the exception is raised on, for the server to log. An operations path that fails gets the same 500.
 
     Args:
         app: the sidecar's ASGI app.
@@ -308,15 +308,30 @@ class Operations:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        if path == self.health:
-            await _answer(scope, send, 200, b'{"status":"ok"}', b"application/json")
-        elif path == self.ready:
-            status, body = await self.readiness.answer()
-            await _answer(scope, send, status, body, b"application/json")
-        elif path == self.metrics_path and self.metrics is not None:
-            await _answer(scope, send, 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST.encode())
-        else:
+        if path != self.health and path != self.ready and (path != self.metrics_path or self.metrics is None):
             await self._observed(scope, receive, send)
+            return
+        started = False
+
+        async def starting(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            if path == self.health:
+                await _answer(scope, starting, 200, b'{"status":"ok"}', b"application/json")
+            elif path == self.ready:
+                status, body = await self.readiness.answer()
+                await _answer(scope, starting, status, body, b"application/json")
+            else:
+                assert self.metrics is not None
+                body = generate_latest(self.metrics.registry)
+                await _answer(scope, starting, 200, body, CONTENT_TYPE_LATEST.encode())
+        except Exception:
+            if not started:  # the OpenAI-style 500; the exception goes on to the server either way
+                await internal_error_response()(scope, receive, send)
+            raise
 
     async def _observed(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
