@@ -521,7 +521,7 @@ def readable_path(raw_path: bytes) -> str | None:
     code point (IIS's encoding), then percent-decoded once and read as UTF-8 (RFC 3986 section 2.5); ``None`` when
     the decoded bytes are not UTF-8, as with overlong forms (``%c0%ae`` for ``.``, ``%c0%af`` for ``/``) that a
     lenient decoder reads as dots and separators."""
-    if raw_path.isascii() and b"%" not in raw_path:
+    if raw_path.isascii() and raw_path.find(b"%") < 0:  # not ``in``: it first tries a bytes needle as an integer
         return raw_path.decode("ascii")
     try:
         return unquote_to_bytes(_IIS_ESCAPE.sub(_iis_escape, raw_path)).decode("utf-8")

@@ -423,7 +423,7 @@ class QuoteWalk:
                 continue  # short, or not a value (a key, an array's item): no detail field
             key = data[quotes[k - 2] + 1 : quotes[k - 1]]  # the key before the colon
             limit = limits.get(key)
-            if (limit is not None and size > limit) or (limit is None and b"\\" in key):
+            if (limit is not None and size > limit) or (limit is None and _BACKSLASH in key):
                 return True
         return False
 

@@ -383,7 +383,7 @@ class ThinkSplitter:
         if self._direct != kind or self._pending:
             return False
         for trigger in self._trigger_bytes:  # (no generator: it runs once per chunk)
-            if trigger in raw:
+            if raw.find(trigger) >= 0:  # not ``in``, which first tries a bytes needle as an integer
                 break
         else:
             return True

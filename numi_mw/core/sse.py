@@ -35,6 +35,7 @@ __all__ = ["EventTooLarge", "SSEDecoder", "SSEEvent", "encode_event", "replace_d
 _BOM = codecs.BOM_UTF8
 _LF = 0x0A
 _CR = 0x0D
+_NUL = 0x00
 _SPACE = 0x20
 _COLON = 0x3A
 
@@ -241,7 +242,8 @@ class SSEDecoder:
         nothing was consumed, and ``chunk`` goes to ``feed``. The event's original bytes are ``chunk`` itself. A
         stream whose first bytes are ``data:`` has no BOM, so the first event can take this path too.
         """
-        # Ints for single bytes: ``13 in chunk`` is a memchr, ``b"\r" in chunk`` a general substring search.
+        # Ints for single bytes: ``13 in chunk`` is a memchr; ``b"\r" in chunk`` first tries its needle as an integer
+        # (CPython raises and clears a TypeError), then searches. ``find`` for longer needles, for the same reason.
         if (
             chunk.find(b"\n") == len(chunk) - 2
             and chunk[-1] == _LF
@@ -470,7 +472,7 @@ class SSEDecoder:
             self._data.append(value)
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
-        elif name == b"id" and b"\0" not in value:
+        elif name == b"id" and _NUL not in value:
             self._id = value.decode("utf-8", "replace")
         # "retry" and unknown fields change nothing here; they stay in ``raw``.
 
@@ -578,7 +580,7 @@ def terminate_event(event: SSEEvent) -> SSEEvent:
 
 def _data_lines(data: bytes) -> bytes:
     """One ``data: `` line per line of ``data`` (split at ``\r\n``, ``\r`` or ``\n``), each ending with ``\n``."""
-    if b"\r" in data:
+    if _CR in data:
         data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     return b"data: " + data.replace(b"\n", b"\ndata: ") + b"\n"
 

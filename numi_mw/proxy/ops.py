@@ -86,11 +86,12 @@ class _TokenCount:
     def feed(self, body: bytes) -> None:
         if not body:  # an empty message (a stream's last) keeps the seam for the next one
             return
+        # ``find``, not ``in``: a bytes needle costs ``in`` a TypeError raised and cleared (docs/performance.md)
         if self.tail:
             seam = self.tail + body[:_SEAM]
-            if _KEY in seam:
+            if seam.find(_KEY) >= 0:
                 self._scan(seam)
-        if _KEY in body:
+        if body.find(_KEY) >= 0:
             self._scan(body)
         if self.events and body.endswith(b"\n\n"):
             self.tail = b""
