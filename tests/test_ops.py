@@ -3,6 +3,8 @@ carry (``docs/sidecar.md``, "Operations")."""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import logging
 import socket
@@ -11,13 +13,17 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 from numi_mw import create_app, load_catalog
@@ -526,6 +532,84 @@ def test_middleware_added_to_the_sidecar_runs_in_starlettes_own_stack() -> None:
     assert (response.status_code, response.json()) == (500, INTERNAL_ERROR)
     assert (health.status_code, seen) == (200, ["/v1/chat/completions", "/healthz"])
     assert type(app.middleware_stack).__name__ == "ServerErrorMiddleware"
+
+
+def test_with_its_own_exception_handler_the_app_answers_an_operations_fault_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def own(request: Any, exc: Exception) -> Response:
+        return PlainTextResponse("my 500 page", status_code=500)
+
+    def broken(*args: object) -> Any:
+        raise RuntimeError("a fault of the operations layer")
+
+    app = create_app(UPSTREAM, transport=httpx.MockTransport(answering()))
+    app.add_exception_handler(Exception, own)
+    monkeypatch.setattr("numi_mw.proxy.ops._Readiness.answer", broken)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.get("/readyz")
+    assert (response.status_code, response.text) == (500, "my 500 page")
+
+
+def test_routes_added_to_the_sidecar_get_starlettes_answers_to_their_http_errors() -> None:
+    async def mine(request: Any) -> Response:
+        raise HTTPException(404, "no such thing")
+
+    app = create_app(UPSTREAM, transport=httpx.MockTransport(answering()))
+    app.add_route("/mine", mine, methods=["GET"])
+    with TestClient(app) as client:  # (it raises what reaches the server)
+        missing = client.get("/mine")
+        wrong_method = client.post("/mine")
+        chat = client.post("/v1/chat/completions", json=REQUEST)
+    assert (missing.status_code, missing.text) == (404, "no such thing")
+    assert (wrong_method.status_code, set(wrong_method.headers["allow"].split(", "))) == (405, {"GET", "HEAD"})
+    assert chat.status_code == 200
+    assert type(app.middleware_stack).__name__ == "ServerErrorMiddleware"  # Starlette's own, for its routes
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_an_outer_apps_body_limit_is_answered_as_starlette_answers_it(
+    chunked: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    if "max_body_size" not in inspect.signature(Starlette).parameters:
+        pytest.skip("this Starlette has no max_body_size (Starlette 1.0 added it)")
+    caplog.set_level(logging.INFO, logger="numi_mw")
+    inner = create_app(UPSTREAM, transport=httpx.MockTransport(answering()))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with inner.router.lifespan_context(inner):
+            yield
+
+    outer = Starlette(routes=[Mount("/", app=inner)], max_body_size=100, lifespan=lifespan)
+    body = json.dumps(REQUEST).encode() + b" " * 100
+
+    def pieces() -> Iterator[bytes]:
+        yield body
+
+    with TestClient(outer) as client:  # (it raises what reaches the server)
+        response = client.post("/v1/chat/completions", content=pieces() if chunked else body)
+    assert response.status_code == 413
+    [fields] = access_fields(caplog)
+    assert fields["status"] == 413
+
+
+def test_a_memoryview_body_is_counted_as_its_bytes() -> None:
+    usage = b'{"usage":{"completion_tokens_details":{"reasoning_tokens":5}}}'
+
+    async def mine(request: Any) -> Response:
+        async def pieces() -> AsyncIterator[memoryview]:
+            yield memoryview(usage)
+
+        return StreamingResponse(pieces(), media_type="application/json")
+
+    app = create_app(UPSTREAM, transport=httpx.MockTransport(answering()))
+    app.add_route("/mine", mine, methods=["GET"])
+    with TestClient(app) as client:
+        response = client.get("/mine")
+        lines = metric_lines(client)
+    assert response.content == usage
+    assert 'numi_mw_reasoning_tokens_total{provider="",route="numi_mw",wire_api=""} 5.0' in lines
 
 
 # --- what logs never carry -------------------------------------------------------------------------------------

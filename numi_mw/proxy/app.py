@@ -589,13 +589,14 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 class _App(Starlette):
     """The sidecar's Starlette app, whose middleware stack is ``ops.Operations`` alone in front of the router.
 
-    Starlette puts its ``ServerErrorMiddleware`` and ``ExceptionMiddleware`` around every app's middleware, and each
-    wraps ``send`` in a coroutine of its own, which every message of every answer then passes through: two more
-    steps for each event of a stream. Neither has work here: ``Operations`` answers a fault with the OpenAI-style
-    500 itself (on every path it serves) and raises it on to the server, and nothing the router reaches raises
-    Starlette's ``HTTPException``. An app given more middleware (``add_middleware``), other exception handlers, a
-    ``max_body_size`` or ``debug`` gets Starlette's own stack (``Starlette.build_middleware_stack``, which FastAPI
-    overrides the same way), with those in it.
+    Starlette puts its ``ServerErrorMiddleware`` around every app's middleware and its ``ExceptionMiddleware``
+    inside it, and each wraps ``send`` in a coroutine of its own, which every message of every answer then passes
+    through: two more steps for each event of a stream. Here ``Operations`` does their work itself
+    (``whole_stack``): it answers a fault with the OpenAI-style 500 and raises it on to the server, and a Starlette
+    ``HTTPException`` (which only an outer app's ``receive`` raises here: its body limit) as ``ExceptionMiddleware``
+    answers it by default. An app given routes or mounts, more middleware (``add_middleware``), exception handlers,
+    a ``max_body_size`` or ``debug`` gets Starlette's own stack (``Starlette.build_middleware_stack``), with those
+    in it.
     """
 
     def build_middleware_stack(self) -> ASGIApp:
@@ -603,13 +604,14 @@ class _App(Starlette):
             self.debug
             or getattr(self, "max_body_size", None) is not None
             or self.exception_handlers != {Exception: _internal_error}
+            or self.router.routes
             or len(self.user_middleware) != 1
         ):
             return super().build_middleware_stack()
         cls, args, kwargs = self.user_middleware[0]
         if cls is not Operations:
             return super().build_middleware_stack()
-        return Operations(self.router, *args, **kwargs)
+        return Operations(self.router, *args, whole_stack=True, **kwargs)
 
 
 def create_app(

@@ -25,7 +25,8 @@ import anyio
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from starlette.responses import Response
+from starlette.exceptions import HTTPException
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from numi_mw.asgi import send_error
@@ -86,6 +87,8 @@ class _TokenCount:
     def feed(self, body: bytes) -> None:
         if not body:  # an empty message (a stream's last) keeps the seam for the next one
             return
+        if type(body) is not bytes:  # a memoryview, say, as Starlette's StreamingResponse passes on
+            body = bytes(body)
         # ``find``, not ``in``: a bytes needle costs ``in`` a TypeError raised and cleared (docs/performance.md)
         if self.tail:
             seam = self.tail + body[:_SEAM]
@@ -273,6 +276,14 @@ class _Readiness:
         return probes
 
 
+def _http_exception_response(exc: HTTPException) -> Response:
+    """Starlette's ``ExceptionMiddleware``'s default answer to ``exc`` (its ``http_exception``): the status and
+    headers, with the detail as plain text but for 204 and 304, which have no body."""
+    if exc.status_code in (204, 304):
+        return Response(status_code=exc.status_code, headers=exc.headers)
+    return PlainTextResponse(exc.detail, status_code=exc.status_code, headers=exc.headers)
+
+
 def internal_error_response() -> Response:
     """The answer to a request numi_mw failed on (an exception it did not expect), before a response started: the
     OpenAI-style 500 (``errors.internal_error``) instead of Starlette's plain text, with ``connection: close``. The
@@ -294,10 +305,17 @@ class Operations:
         sidecar: the sidecar (its upstreams and client, for the readiness probe).
         prefix: the operations paths' prefix (``check_ops_prefix``).
         metrics: serve ``{prefix}/metrics`` and count; ``False`` leaves that path to the upstream.
+        whole_stack: this is the app's whole middleware stack, without Starlette's ``ServerErrorMiddleware`` around
+            it and ``ExceptionMiddleware`` inside (``proxy.app._App``): a fault on an operations path then gets the
+            same 500 from here, and a Starlette ``HTTPException`` raised before the response started (an outer
+            app's body limit, raised from ``receive``) the answer ``ExceptionMiddleware`` gives it by default.
     """
 
-    def __init__(self, app: ASGIApp, *, sidecar: _Sidecar, prefix: str, metrics: bool) -> None:
+    def __init__(
+        self, app: ASGIApp, *, sidecar: _Sidecar, prefix: str, metrics: bool, whole_stack: bool = False
+    ) -> None:
         self.app = app
+        self.whole_stack = whole_stack
         self.health = f"{prefix}/healthz"
         self.ready = f"{prefix}/readyz"
         self.metrics_path = f"{prefix}/metrics" if metrics else None
@@ -330,7 +348,7 @@ class Operations:
                 body = generate_latest(self.metrics.registry)
                 await _answer(scope, starting, 200, body, CONTENT_TYPE_LATEST.encode())
         except Exception:
-            if not started:  # the OpenAI-style 500; the exception goes on to the server either way
+            if self.whole_stack and not started:  # else Starlette's ServerErrorMiddleware answers it
                 await internal_error_response()(scope, receive, send)
             raise
 
@@ -367,7 +385,10 @@ class Operations:
 
         try:
             await self.app(scope, counting_receive, observing_send)
-        except Exception:
+        except Exception as exc:
+            if status == 0 and self.whole_stack and isinstance(exc, HTTPException):
+                await _http_exception_response(exc)(scope, counting_receive, observing_send)
+                return
             if status == 0:  # sent from here, so that the access line and the metrics count its bytes
                 with contextlib.suppress(Exception):  # a client gone: the fault is still raised, for the log
                     await internal_error_response()(scope, counting_receive, observing_send)
