@@ -298,7 +298,7 @@ class Operations:
 
     A request the app fails on (an exception numi_mw did not expect) before its response started gets the
     OpenAI-style 500 (``errors.internal_error``) from here, so that its access line and metrics count what was
-    sent; the exception is raised on, for the server to log. An operations path that fails gets the same 500.
+    sent; the exception is raised on, for the server to log (and with ``whole_stack``, so is an operations path's).
 
     Args:
         app: the sidecar's ASGI app.
