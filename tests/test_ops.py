@@ -292,6 +292,17 @@ def test_two_apps_keep_their_own_metrics() -> None:
         assert not any(line.startswith("numi_mw_reasoning_tokens_total{") for line in metric_lines(two))
 
 
+def test_without_metrics_no_body_is_searched_for_a_reasoning_token_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    searched: list[bytes] = []
+    monkeypatch.setattr(_TokenCount, "feed", lambda self, body: searched.append(body))
+    for metrics in (False, True):
+        searched.clear()
+        with client_for(answering(), metrics=metrics) as client:
+            assert client.post("/v1/chat/completions", json=REQUEST).status_code == 200
+        assert (b'"reasoning_tokens":7' in b"".join(searched)) is metrics
+        assert bool(searched) is metrics
+
+
 def test_without_metrics_the_path_goes_upstream() -> None:
     calls: list[str] = []
     with client_for(answering(calls), metrics=False) as client:

@@ -361,6 +361,7 @@ class Operations:
         first: float | None = None
         streaming = False
         tokens = _TokenCount()
+        count = self.metrics is not None  # the count goes only to the metrics
 
         async def counting_receive() -> Message:
             message = await receive()
@@ -380,7 +381,8 @@ class Operations:
                 if first is None:
                     first = time.perf_counter()
                 sizes[1] += len(body)
-                tokens.feed(body)
+                if count:
+                    tokens.feed(body)
             await send(message)
 
         try:
