@@ -289,6 +289,7 @@ _DELTAS = st.sampled_from(
         {"content": "a", "reasoning": None},
         {"content": "a", "reasoning": "", "reasoning_details": []},
         {"content": "a", "reasoning_content": None},
+        {"content": "", "reasoning_content": None},
         {"content": "<think>t</think>a"},
         {"tool_calls": [{"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}]},
     ]
@@ -313,15 +314,20 @@ _ENVELOPES = st.sampled_from(
 
 @pytest.mark.parametrize("option", list(OPTIONS))
 @settings(max_examples=300, deadline=None)
-@given(chunks=st.lists(st.tuples(_ENVELOPES, _CHOICES), min_size=1, max_size=12), per_event=st.booleans())
+@given(
+    chunks=st.lists(st.tuples(_ENVELOPES, _CHOICES, st.integers(1, 3)), min_size=1, max_size=12),
+    per_event=st.booleans(),
+)
 def test_a_stream_of_several_choices_gives_the_reference_bytes(
-    option: str, chunks: list[tuple[dict[str, Any], list[dict[str, Any]]]], per_event: bool
+    option: str, chunks: list[tuple[dict[str, Any], list[dict[str, Any]], int]], per_event: bool
 ) -> None:
-    # several choices, in one chunk or interleaved, two at once, envelopes that change: every per-event path (the
-    # prefilter, the fast paths) sends what decoding and normalizing every chunk sends, and the
-    # end of the stream closes the choices in one order
+    # several choices, in one chunk or interleaved, two at once, envelopes that change, an event sent again right
+    # after itself: every per-event path (the prefilter, the fast paths, a repeat while a reasoning is open) sends
+    # what decoding and normalizing every chunk sends, and the end of the stream closes the choices in one order
     events = [
-        b"data: " + msgspec.json.encode({**envelope, "choices": choices}) + b"\n\n" for envelope, choices in chunks
+        b"data: " + msgspec.json.encode({**envelope, "choices": choices}) + b"\n\n"
+        for envelope, choices, times in chunks
+        for _ in range(times)
     ]
     events.append(b"data: [DONE]\n\n")
     options = OPTIONS[option]
@@ -513,11 +519,11 @@ def test_reasoning_fields_that_hold_nothing_are_read_only_to_take_them_out(
 def test_an_answer_chunk_whose_reasoning_fields_hold_nothing_goes_as_its_bytes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # decoded are the reasoning chunk, every chunk while the reasoning is open (an empty one may end it) and the
-    # answer chunk that ends it; after it none is read at all
+    # decoded are the reasoning chunk, every chunk while the reasoning is open (an empty one may end it) but a repeat
+    # of the one before, and the answer chunk that ends it; after it none is read at all
     answer = b"data: " + _EMPTIES + b"\n\n"
     empty = answer.replace(b'"2 "', b'""')
-    reasoning = _chunk(0, {"reasoning": "r"})
+    reasoning, more = _chunk(0, {"reasoning": "r"}), _chunk(0, {"reasoning": "s"})
     decoded: list[bytes] = []
 
     def decode(data: bytes) -> Any:
@@ -525,14 +531,21 @@ def test_an_answer_chunk_whose_reasoning_fields_hold_nothing_goes_as_its_bytes(
         return msgspec.json.decode(data)
 
     monkeypatch.setattr(response, "_decode", decode)
-    for events in ([reasoning, answer, empty, answer], [reasoning, empty, empty, answer, empty]):
+    cases = (
+        ([reasoning, answer, empty, answer], [reasoning, answer]),
+        ([reasoning, empty, empty, answer, empty], [reasoning, empty, answer]),
+        ([reasoning, empty, empty, empty, answer], [reasoning, empty, answer]),
+        # not the one before: the reasoning between was read
+        ([reasoning, empty, more, empty, answer], [reasoning, empty, more, empty, answer]),
+    )
+    for events, read in cases:
         decoded.clear()
         rewriter = SSERewriter(ResponseOptions())
         out = [rewriter.feed(event) for event in events]
         closed = events.index(answer)
-        assert decoded == [event[6:-2] for event in events[: closed + 1]]
+        assert decoded == [event[6:-2] for event in read]
         assert all(sent is event for sent, event in zip(out[closed + 1 :], events[closed + 1 :], strict=True))
-        assert all(sent is event for sent, event in zip(out[1:closed], events[1:closed], strict=True))
+        assert all(sent is event for sent, event in zip(out[1:closed], events[1:closed], strict=True) if event is empty)
         done = [*events, b"data: [DONE]\n\n"]
         assert b"".join(out) + rewriter.feed(done[-1]) + rewriter.finish() == _run(
             ReferenceRewriter(ResponseOptions()), done

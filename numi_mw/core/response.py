@@ -313,6 +313,7 @@ class SSERewriter:
         "_paused",
         "_plain",
         "_prefilter",
+        "_quiet",
         "_repeats",
         "_shape",
         "_shape_tries",
@@ -330,6 +331,11 @@ class SSERewriter:
         self._after = after = COUNTS if options.exclude else COUNTS_AND_EMPTIES  # (``may_hold_reasoning``)
         self._named = _NAMED_FIELD[after]
         self._passes = _PASSES
+        # the data of the last event the normalizer read, when the event went as it came: a repeat of it right after
+        # it, with no reasoning field that holds anything, is not read again while a reasoning is open (``_data``),
+        # since it shows nothing and closes nothing (the empty chunks Anthropic's models send between their thinking
+        # and their answer), as the first did (an event the prefilter passes never reaches the normalizer)
+        self._quiet: bytes | None = None
         self._usage = options.usage
         # the first chunk's data (or, past ``_MAX_KEPT_HEAD``, its id, created and model), for an error chunk
         self._head: bytes | dict[str, Any] | None = None
@@ -588,6 +594,8 @@ class SSERewriter:
             normalizer = self._normalizer
             if normalizer.open_reasoning:  # decoded: the chunk may end the reasoning (``ChunkNormalizer``)
                 self._passes = _PASSES  # for the answer's first chunks (``_PASSES``)
+                if data == self._quiet:  # the last event read, again: read, it would go as it came again
+                    return raw
             elif at < 0:
                 return raw
             elif self._passes:
@@ -595,6 +603,7 @@ class SSERewriter:
                 return raw
             elif not self._may_try() or data.startswith(_TOKENS, at + _REASONING):  # (a usage count, read by none)
                 return raw
+        self._quiet = None  # the normalizer reads this event, or a shape rewrites it: no repeat of the event before
         shape = self._shape
         one_line = len(raw) - len(data) <= _ONE_DATA_LINE
         if shape is not None and one_line:
@@ -620,6 +629,7 @@ class SSERewriter:
                 return out
         if chunks is UNCHANGED:
             if not accounted:
+                self._quiet = data  # it goes as it came, and so would a repeat of it (``_quiet``)
                 return raw
             chunks = [value]
         if len(chunks) == 1 and one_line:  # one chunk for one data line
