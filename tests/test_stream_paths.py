@@ -524,6 +524,10 @@ def test_an_answer_chunk_whose_reasoning_fields_hold_nothing_goes_as_its_bytes(
     answer = b"data: " + _EMPTIES + b"\n\n"
     empty = answer.replace(b'"2 "', b'""')
     reasoning, more = _chunk(0, {"reasoning": "r"}), _chunk(0, {"reasoning": "s"})
+    # the empty chunk with an id that makes its data 4,097 and 4,096 bytes long
+    large = empty.replace(b'"id":"g"', b'"id":"' + b"g" * (4097 - len(empty) + 9) + b'"')
+    largest = empty.replace(b'"id":"g"', b'"id":"' + b"g" * (4096 - len(empty) + 9) + b'"')
+    assert (len(large) - 8, len(largest) - 8) == (4097, 4096)
     decoded: list[bytes] = []
 
     def decode(data: bytes) -> Any:
@@ -537,6 +541,9 @@ def test_an_answer_chunk_whose_reasoning_fields_hold_nothing_goes_as_its_bytes(
         ([reasoning, empty, empty, empty, answer], [reasoning, empty, answer]),
         # not the one before: the reasoning between was read
         ([reasoning, empty, more, empty, answer], [reasoning, empty, more, empty, answer]),
+        # past the bytes kept for it (``_MAX_KEPT_QUIET``, 4,096), read again
+        ([reasoning, large, large, answer], [reasoning, large, large, answer]),
+        ([reasoning, largest, largest, answer], [reasoning, largest, answer]),
     )
     for events, read in cases:
         decoded.clear()
@@ -545,7 +552,11 @@ def test_an_answer_chunk_whose_reasoning_fields_hold_nothing_goes_as_its_bytes(
         closed = events.index(answer)
         assert decoded == [event[6:-2] for event in read]
         assert all(sent is event for sent, event in zip(out[closed + 1 :], events[closed + 1 :], strict=True))
-        assert all(sent is event for sent, event in zip(out[1:closed], events[1:closed], strict=True) if event is empty)
+        assert all(
+            sent is event
+            for sent, event in zip(out[1:closed], events[1:closed], strict=True)
+            if event in (empty, large, largest)
+        )
         done = [*events, b"data: [DONE]\n\n"]
         assert b"".join(out) + rewriter.feed(done[-1]) + rewriter.finish() == _run(
             ReferenceRewriter(ResponseOptions()), done

@@ -265,6 +265,11 @@ _MAX_KEPT_HEAD = 4096
 """A stream rewriter keeps the first chunk's data up to this many bytes and reads its head (``_head_of``) only if
 the stream breaks off; a larger first chunk is read at once, so that no more than this is held for it."""
 
+_MAX_KEPT_QUIET = 4096
+"""The longest data of an event kept, in bytes, to pass a repeat of it unread while a reasoning is open
+(``SSERewriter._quiet``): the empty chunks that repeat are a few hundred bytes, and a stream holds no more than this
+for it."""
+
 
 def _error_event(error: ApiError, head: dict[str, Any] | None) -> bytes:
     """The SSE event that ends a stream with ``error``: its chunk (``ApiError.stream_chunk``) as one data line."""
@@ -629,7 +634,8 @@ class SSERewriter:
                 return out
         if chunks is UNCHANGED:
             if not accounted:
-                self._quiet = data  # it goes as it came, and so would a repeat of it (``_quiet``)
+                if len(data) <= _MAX_KEPT_QUIET:
+                    self._quiet = data  # it goes as it came, and so would a repeat of it (``_quiet``)
                 return raw
             chunks = [value]
         if len(chunks) == 1 and one_line:  # one chunk for one data line
