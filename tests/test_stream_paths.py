@@ -539,6 +539,8 @@ def test_an_answer_chunk_whose_reasoning_fields_hold_nothing_goes_as_its_bytes(
         ([reasoning, answer, empty, answer], [reasoning, answer]),
         ([reasoning, empty, empty, answer, empty], [reasoning, empty, answer]),
         ([reasoning, empty, empty, empty, answer], [reasoning, empty, answer]),
+        # a keep-alive comment between: no data, nothing read
+        ([reasoning, empty, b": PING\n\n", empty, answer], [reasoning, empty, answer]),
         # not the one before: the reasoning between was read
         ([reasoning, empty, more, empty, answer], [reasoning, empty, more, empty, answer]),
         # past the bytes kept for it (``_MAX_KEPT_QUIET``, 4,096), read again

@@ -336,10 +336,11 @@ class SSERewriter:
         self._after = after = COUNTS if options.exclude else COUNTS_AND_EMPTIES  # (``may_hold_reasoning``)
         self._named = _NAMED_FIELD[after]
         self._passes = _PASSES
-        # the data of the last event the normalizer read, when the event went as it came: a repeat of it right after
-        # it, with no reasoning field that holds anything, is not read again while a reasoning is open (``_data``),
-        # since it shows nothing and closes nothing (the empty chunks Anthropic's models send between their thinking
-        # and their answer), as the first did (an event the prefilter passes never reaches the normalizer)
+        # the data of the last event the normalizer read, when the event went as it came (``_MAX_KEPT_QUIET``): while a
+        # reasoning is open, a repeat of it that the prefilter passes is not read again (``_data``), since reading it
+        # again would change nothing (the empty chunks Anthropic's models send between their thinking and their
+        # answer); any event that reaches the shape or the decode in ``_data`` clears it, so only events without data
+        # (a keep-alive comment) come between the two
         self._quiet: bytes | None = None
         self._usage = options.usage
         # the first chunk's data (or, past ``_MAX_KEPT_HEAD``, its id, created and model), for an error chunk
@@ -599,7 +600,7 @@ class SSERewriter:
             normalizer = self._normalizer
             if normalizer.open_reasoning:  # decoded: the chunk may end the reasoning (``ChunkNormalizer``)
                 self._passes = _PASSES  # for the answer's first chunks (``_PASSES``)
-                if data == self._quiet:  # the last event read, again: read, it would go as it came again
+                if data == self._quiet:  # the last event read, again: read again, it would change nothing
                     return raw
             elif at < 0:
                 return raw
