@@ -18,6 +18,15 @@ SHARED_ABSENT = f"{SHARED} is absent: recorded fixtures and handed cases live ou
 """The reason every test that reads ``shared/`` gives when it skips."""
 
 
+def recordings(folder: Path, *suffixes: str) -> list[Any]:
+    """The names of the recordings in ``folder`` (under ``shared/``) that end with one of ``suffixes``, to
+    parametrize a test over; one skipped case when the folder is absent, so that the test skips on it even if
+    ``shared/`` itself appears later, or without this folder."""
+    if not folder.is_dir():
+        return [pytest.param("", marks=pytest.mark.skip(reason=f"{folder} is absent ({SHARED_ABSENT})"))]
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(suffixes))
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     """The ``shared/`` folder beside the repository; skips the test when it is absent (a user's clone)."""

@@ -16,7 +16,7 @@ import pytest
 
 from numi_mw.core.details import rebuild_reasoning_details
 from tests.client_merges import CLIENTS, Replay
-from tests.conftest import SHARED, SHARED_ABSENT
+from tests.conftest import SHARED, recordings
 from tests.response_support import data_events, frame_jsonl, rewrite, sse_chunks
 
 CHAT = SHARED / "fixtures" / "openai-chat"
@@ -273,12 +273,6 @@ def test_the_tables_name_every_client() -> None:
 # --- every recorded stream, every client -----------------------------------------------------------------------
 
 
-def _streams() -> list[Any]:
-    if not CHAT.is_dir():  # one skipped case, whatever appears later
-        return [pytest.param("", marks=pytest.mark.skip(reason=f"{CHAT} is absent ({SHARED_ABSENT})"))]
-    return sorted(p.name for p in CHAT.iterdir() if p.name.endswith((".sse", ".jsonl")))
-
-
 def _source(chunks: list[dict[str, Any]]) -> tuple[str, list[Any]]:
     """The recording's reasoning text (one representation per delta) and its detail fragments (choice 0)."""
     text = ""
@@ -324,7 +318,7 @@ DETAIL_CLIENTS = {
 TEXT_FIELDS = {"reasoning", "reasoning_content"}
 
 
-@pytest.mark.parametrize("name", _streams())
+@pytest.mark.parametrize("name", recordings(CHAT, ".sse", ".jsonl"))
 def test_through_numi_mw_every_client_shows_the_reasoning_once_and_sends_back_whole_details(
     shared_dir: Path, name: str
 ) -> None:

@@ -15,20 +15,12 @@ import pytest
 
 from numi_mw.core.details import rebuild_reasoning_details, visible_text
 from numi_mw.core.think import ThinkTags
-from tests.conftest import SHARED, SHARED_ABSENT
+from tests.conftest import SHARED, recordings
 from tests.e2e_support import numi_mw_command
 from tests.response_support import client_view, frame_jsonl, rewrite, rewrite_by_event, rewrite_json, sse_chunks
 
 CHAT = SHARED / "fixtures" / "openai-chat"
 TAGS = SHARED / "fixtures" / "think-tags"
-
-
-def names(folder: Path, *suffixes: str) -> list[Any]:
-    """The recordings in ``folder`` with one of ``suffixes``; one skipped case when the folder is absent (a test
-    then skips on it even if ``../shared`` itself appears later, or without this folder)."""
-    if not folder.is_dir():
-        return [pytest.param("", marks=pytest.mark.skip(reason=f"{folder} is absent ({SHARED_ABSENT})"))]
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith(suffixes))
 
 
 def stream_bytes(path: Path) -> bytes:
@@ -92,7 +84,7 @@ def check_client_stream(out: bytes, reasoning: str, content: str, fragments: lis
     return rebuilt
 
 
-@pytest.mark.parametrize("name", names(CHAT, ".sse", ".jsonl"))
+@pytest.mark.parametrize("name", recordings(CHAT, ".sse", ".jsonl"))
 def test_recorded_stream(shared_dir: Path, name: str) -> None:
     body = stream_bytes(CHAT / name)
     reasoning, content, fragments = source_text(sse_chunks(body))
@@ -105,7 +97,7 @@ def test_recorded_stream(shared_dir: Path, name: str) -> None:
         assert rewrite(body, cuts=(cut,)) == out, f"split at byte {cut}"
 
 
-@pytest.mark.parametrize("name", names(CHAT, ".sse", ".jsonl"))
+@pytest.mark.parametrize("name", recordings(CHAT, ".sse", ".jsonl"))
 def test_recorded_stream_excluded(shared_dir: Path, name: str) -> None:
     body = stream_bytes(CHAT / name)
     _, content, _ = source_text(sse_chunks(body))
@@ -120,7 +112,7 @@ def test_recorded_stream_excluded(shared_dir: Path, name: str) -> None:
             assert choice["delta"] or choice.get("finish_reason") is not None or chunk.get("usage")
 
 
-@pytest.mark.parametrize("name", names(CHAT, ".json"))
+@pytest.mark.parametrize("name", recordings(CHAT, ".json"))
 def test_recorded_body(shared_dir: Path, name: str) -> None:
     raw = (CHAT / name).read_bytes()
     source = json.loads(raw)["choices"][0]["message"]
@@ -170,7 +162,7 @@ def bedrock_as_chat(raw: bytes) -> bytes:
     return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
 
 
-@pytest.mark.parametrize("name", names(TAGS, ".sse", ".jsonl"))
+@pytest.mark.parametrize("name", recordings(TAGS, ".sse", ".jsonl"))
 def test_recorded_think_tag_stream(shared_dir: Path, name: str) -> None:
     raw = (TAGS / name).read_bytes()
     body = bedrock_as_chat(raw) if name.endswith(".jsonl") else raw
@@ -191,7 +183,7 @@ def test_recorded_think_tag_stream(shared_dir: Path, name: str) -> None:
     assert (excluded.reasoning, excluded.content, excluded.entries) == ("", content, [])
 
 
-@pytest.mark.parametrize("name", names(TAGS, ".json"))
+@pytest.mark.parametrize("name", recordings(TAGS, ".json"))
 def test_recorded_think_tag_body(shared_dir: Path, name: str) -> None:
     raw = (TAGS / name).read_bytes()
     reasoning, content = expected_split(json.loads(raw)["choices"][0]["message"]["content"])
@@ -201,7 +193,7 @@ def test_recorded_think_tag_body(shared_dir: Path, name: str) -> None:
     assert message["reasoning_details"] == [{"type": "reasoning.text", "text": reasoning, "format": "unknown"}]
 
 
-@pytest.mark.parametrize("name", [*names(CHAT, ".sse", ".jsonl", ".json"), *names(TAGS, ".sse", ".json")])
+@pytest.mark.parametrize("name", [*recordings(CHAT, ".sse", ".jsonl", ".json"), *recordings(TAGS, ".sse", ".json")])
 def test_numi_mw_response_prints_what_the_core_gives(shared_dir: Path, name: str, tmp_path: Path) -> None:
     """``numi-mw response`` on every recorded file writes exactly the bytes the shells send."""
     folder, provider, think = (TAGS, "local", ThinkTags()) if (TAGS / name).exists() else (CHAT, "openrouter", None)
