@@ -21,7 +21,7 @@ import zlib
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 from urllib.parse import unquote_to_bytes
 
 import h11
@@ -301,6 +301,34 @@ _LENGTH_REQUIRED = frozenset(("POST", "PUT", "PATCH"))
 _NO_LENGTH = (b"Content-Length", b"0")
 
 
+def whole_headers(
+    method: str, host: bytes, headers: list[tuple[bytes, bytes]], content: bytes
+) -> list[tuple[bytes, bytes]] | None:
+    """The header pairs, in order, that ``httpx.Request(method, url, headers=[KEEP_ALIVE, *headers],
+    content=content)`` sends (``httpx._models.Request._prepare``): ``Host`` and, for an empty body that needs one
+    (``POST``, ``PUT``, ``PATCH``), ``Content-Length: 0`` first; then ``KEEP_ALIVE`` and ``headers`` as given; a
+    body's ``Content-Length`` last. ``None`` when ``headers`` name ``Host``, ``Content-Length`` or
+    ``Transfer-Encoding``, whose effect httpx decides itself (``upstream_request`` leaves those to it).
+
+    Args:
+        method: the HTTP method, in any case.
+        host: the ``Host`` header's value, ``url.netloc`` of the upstream URL (``target_url``); ``b""`` for a URL
+            without a host (no ``Host`` header).
+        headers: raw header pairs, names as the client wrote them.
+        content: the whole body.
+    """
+    for name, _ in headers:
+        if name.lower() in _FRAMING:
+            return None
+    raw = [(b"Host", host)] if host else []
+    if not content and method.upper() in _LENGTH_REQUIRED:
+        raw.append(_NO_LENGTH)
+    raw += (KEEP_ALIVE, *headers)
+    if content:
+        raw.append((b"Content-Length", b"%d" % len(content)))
+    return raw
+
+
 def upstream_request(
     method: str,
     url: httpx.URL,
@@ -312,8 +340,8 @@ def upstream_request(
     whose only default header is ``Connection: keep-alive`` (``KEEP_ALIVE``, first), with no cookies and no base
     URL, for ``send_upstream``. ``headers`` are sent in their order after it; httpx adds ``Host`` and the body's
     framing (``Content-Length``, or ``Transfer-Encoding: chunked`` for a body of unknown length) as it always
-    does. Credentials in ``url`` become ``Authorization: Basic`` in the client's own ``Authorization`` header's
-    place, as the client's default auth makes them (``httpx.BasicAuth``).
+    does (``whole_headers``, for a whole body). Credentials in ``url`` become ``Authorization: Basic`` in the
+    client's own ``Authorization`` header's place, as the client's default auth makes them (``httpx.BasicAuth``).
 
     Args:
         method: the HTTP method.
@@ -324,17 +352,10 @@ def upstream_request(
             extension that the transports read.
     """
     extensions = {"timeout": timeout}
-    if isinstance(content, bytes) and not any(name.lower() in _FRAMING for name, _ in headers):
-        # what ``httpx.Request(content=...)`` makes of a whole body (``_prepare``: ``Host`` and, for an empty body
-        # that needs one, ``Content-Length: 0`` first; a body's ``Content-Length`` last), its headers normalized
-        # once instead of three times
-        method = method.upper()
-        raw = [(b"Host", url.netloc)] if url.host else []
-        if not content and method in _LENGTH_REQUIRED:
-            raw.append(_NO_LENGTH)
-        raw += (KEEP_ALIVE, *headers)
-        if content:
-            raw.append((b"Content-Length", b"%d" % len(content)))
+    host = url.netloc if url.host else b""
+    if isinstance(content, bytes) and (raw := whole_headers(method, host, headers, content)) is not None:
+        # what ``httpx.Request(content=...)`` makes of a whole body, its headers normalized once instead of three
+        # times
         request = httpx.Request(
             method, url, headers=httpx.Headers(raw), stream=httpx.ByteStream(content), extensions=extensions
         )
@@ -363,6 +384,37 @@ async def send_upstream(transport: httpx.AsyncBaseTransport, request: httpx.Requ
     response = await transport.handle_async_request(request)
     response.request = request
     return response
+
+
+class Outgoing(NamedTuple):
+    """One upstream request as the sidecar makes it, the arguments of ``upstream_request``: the method, the URL
+    (``target_url``), raw header pairs, the body (whole, or as it streams) and the timeouts
+    (``httpx.Timeout.as_dict()``, seconds)."""
+
+    method: str
+    url: httpx.URL
+    headers: list[tuple[bytes, bytes]]
+    content: bytes | AsyncIterator[bytes]
+    timeout: dict[str, float | None]
+
+
+async def send_outgoing(transport: httpx.AsyncBaseTransport, outgoing: Outgoing) -> httpx.Response:
+    """Send ``outgoing`` through ``transport``; the answer's body is still to be read. A whole body goes by the
+    transport's ``send_whole`` when it has one (``upstream_aiohttp.AiohttpTransport``: the same request without an
+    ``httpx.Request`` made for it, and an answer without ``request``), anything else as ``upstream_request`` builds
+    it (``send_upstream``).
+
+    Raises:
+        httpx.RequestError: as the transport raises it.
+    """
+    send_whole = getattr(transport, "send_whole", None)
+    content = outgoing.content
+    if send_whole is not None and isinstance(content, bytes):
+        response: httpx.Response = await send_whole(
+            outgoing.method, outgoing.url, outgoing.headers, content, outgoing.timeout
+        )
+        return response
+    return await send_upstream(transport, upstream_request(*outgoing))
 
 
 DECODED = frozenset(("identity", "gzip", "deflate", ""))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import httpx
@@ -26,7 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
 from yarl import URL
 
-from numi_mw.upstream import ClosedBeforeAnswer, PooledTransport
+from numi_mw.upstream import ClosedBeforeAnswer, PooledTransport, upstream_request, whole_headers
 
 MAX_HEADER_BYTES = 100 * 1024
 """The most bytes of one response header line aiohttp parses (its default is 8,190): httpcore takes up to 100 KiB
@@ -205,6 +205,16 @@ class _Body(httpx.AsyncByteStream):
         self._response.release()
 
 
+class _Target(NamedTuple):
+    """An upstream URL as ``AiohttpTransport`` sends to it (``AiohttpTransport._url``): yarl's URL, without
+    credentials; the ``Host`` header's value (``httpx.URL.netloc``, ``b""`` without a host); whether the URL held
+    credentials."""
+
+    url: URL
+    host: bytes
+    credentials: bool
+
+
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """An ``httpx.AsyncBaseTransport`` on one ``aiohttp.ClientSession`` (HTTP/1.1, certificates verified with
     httpx's default context, no proxy or ``.netrc`` from the environment, no cookies kept, bodies not decoded: httpx
@@ -237,7 +247,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session: aiohttp.ClientSession | None = None
         self._httpcore: httpx.AsyncBaseTransport | None = None
         self._timeouts: dict[tuple[float | None, ...], tuple[aiohttp.ClientTimeout, float | None]] = {}
-        self._urls: dict[int, tuple[object, URL]] = {}
+        self._urls: dict[int, tuple[object, _Target]] = {}
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
@@ -264,33 +274,35 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session._retry_connection = False
         return self._session
 
-    def _url(self, url: httpx.URL) -> URL:
+    def _url(self, url: httpx.URL) -> _Target:
         """``url`` as aiohttp is to send it: as given, no re-quoting, and without credentials (httpx has turned them
-        into the ``Authorization`` header). The last conversions of URLs up to ``URL_KEPT_BYTES`` long are kept by
-        the parsed URL that an ``httpx.URL`` holds, which every ``httpx.URL`` made from another shares (an
-        ``httpx.Request`` copies the URL it is given) and which ``upstream.target_url`` keeps per path: the text of
-        an ``httpx.URL`` and yarl's parse of it cost about 16 k instructions a request. An entry holds that parsed
-        URL, so no other object can take its ``id`` while it is kept. The parsed URL is httpx's own attribute
-        (``_uri_reference``); were it gone, the ``httpx.URL`` itself would be the key, and a copy a miss."""
+        into the ``Authorization`` header), with its ``Host`` value and whether it held credentials. The last
+        conversions of URLs up to ``URL_KEPT_BYTES`` long are kept by the parsed URL that an ``httpx.URL`` holds,
+        which every ``httpx.URL`` made from another shares (an ``httpx.Request`` copies the URL it is given) and which
+        ``upstream.target_url`` keeps per path: the text of an ``httpx.URL`` and yarl's parse of it cost about 16 k
+        instructions a request, its ``Host`` value about 8 k. An entry holds that parsed URL, so no other object can
+        take its ``id`` while it is kept. The parsed URL is httpx's own attribute (``_uri_reference``); were it gone,
+        the ``httpx.URL`` itself would be the key, and a copy a miss."""
         parsed: object = getattr(url, "_uri_reference", url)
         kept = self._urls.get(id(parsed))
         if kept is not None and kept[0] is parsed:
             return kept[1]
         text = str(url)
         out = URL(text, encoded=True)
-        if out.raw_user is not None:
+        credentials = out.raw_user is not None or out.raw_password is not None
+        if credentials:
             out = out.with_user(None)
+        target = _Target(out, url.netloc if url.host else b"", credentials)
         if len(text) <= URL_KEPT_BYTES:
             if len(self._urls) >= URL_KEPT:
                 self._urls.clear()
-            self._urls[id(parsed)] = (parsed, out)
-        return out
+            self._urls[id(parsed)] = (parsed, target)
+        return target
 
-    def _timeout(self, request: httpx.Request) -> tuple[aiohttp.ClientTimeout, float | None]:
-        """The aiohttp timeout for ``request``'s httpx ``timeout`` extension, and the seconds that bound writing the
-        request and waiting for the answer's head together (``write`` plus ``read``; ``None``: no bound). One pair
-        per distinct set of timeouts."""
-        given = request.extensions.get("timeout", {})
+    def _timeout(self, given: dict[str, float | None]) -> tuple[aiohttp.ClientTimeout, float | None]:
+        """The aiohttp timeout for a request's httpx ``timeout`` extension ``given`` (``httpx.Timeout.as_dict()``,
+        seconds), and the seconds that bound writing the request and waiting for the answer's head together
+        (``write`` plus ``read``; ``None``: no bound). One pair per distinct set of timeouts."""
         key = (given.get("connect"), given.get("read"), given.get("pool"), given.get("write"))
         timeouts = self._timeouts.get(key)
         if timeouts is None:
@@ -323,8 +335,57 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 headers.add(name.decode(), value.decode())  # aiohttp writes them as UTF-8
         except UnicodeDecodeError:  # bytes aiohttp cannot write as they came (Latin-1 text, say): httpcore can
             return await self._fallback().handle_async_request(request)
-        url = self._url(request.url)
-        timeout, limit = self._timeout(request)
+        timeout = request.extensions.get("timeout", {})
+        response = await self._send(request.method, self._url(request.url).url, headers, data, timeout)
+        response.request = request
+        return response
+
+    async def send_whole(
+        self,
+        method: str,
+        url: httpx.URL,
+        headers: list[tuple[bytes, bytes]],
+        content: bytes,
+        timeout: dict[str, float | None],
+    ) -> httpx.Response:
+        """What ``handle_async_request(upstream.upstream_request(method, url, headers, content, timeout))`` sends
+        and returns, for a whole body, without the ``httpx.Request`` in between: the same header pairs in the same
+        order (``upstream.whole_headers``), the same body, the same timeouts, errors and fallback. Building that
+        request and reading its headers back cost about 9 % of the sidecar's instructions for a buffered
+        request (``docs/performance.md``, "No request object in between"). The answer has no ``request``.
+
+        Args:
+            method: the HTTP method, in any case.
+            url: the upstream URL (``upstream.target_url``).
+            headers: raw header pairs, names as the client wrote them.
+            content: the whole body.
+            timeout: ``httpx.Timeout.as_dict()`` of the upstream timeouts (seconds).
+
+        Raises:
+            httpx.TransportError: as ``_as_httpx`` maps aiohttp's errors.
+        """
+        target = self._url(url)
+        raw = None if target.credentials else whole_headers(method, target.host, headers, content)
+        if raw is not None:
+            try:
+                fields = [(name.decode(), value.decode()) for name, value in raw]
+            except UnicodeDecodeError:  # (``handle_async_request``: its fallback takes them)
+                pass
+            else:
+                return await self._send(method.upper(), target.url, fields, content or None, timeout)
+        return await self.handle_async_request(upstream_request(method, url, headers, content, timeout))
+
+    async def _send(
+        self,
+        method: str,
+        url: URL,
+        headers: CIMultiDict[str] | list[tuple[str, str]],
+        data: bytes | httpx.AsyncByteStream | None,
+        given: dict[str, float | None],
+    ) -> httpx.Response:
+        """Send one request through the session, under the timeouts ``given`` (``httpx.Timeout.as_dict()``); the
+        answer as httpx's, its body still to be read."""
+        timeout, limit = self._timeout(given)
         session = self._session or self._open()
         with _as_httpx("send"):
             # aiohttp times neither a write nor the wait for the head while the body is still being written:
@@ -333,7 +394,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             try:
                 async with asyncio.timeout(limit) as bound:
                     response = await session.request(
-                        request.method,
+                        method,
                         url,
                         headers=headers,
                         data=data,
@@ -349,13 +410,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             response.close()
             raise httpx.RemoteProtocolError("the upstream switched protocols unasked (101)")
         reason = (response.reason or "").encode("utf-8", "surrogateescape")
-        extensions = {"http_version": b"HTTP/1.1", "reason_phrase": reason}
         return httpx.Response(
             response.status,
             headers=list(response.raw_headers),
             stream=_Body(response),
-            request=request,
-            extensions=extensions,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
         )
 
     def _fallback(self) -> httpx.AsyncBaseTransport:

@@ -30,7 +30,15 @@ from yarl import URL
 
 from numi_mw.cli import main
 from numi_mw.proxy import create_app
-from numi_mw.upstream import ClosedBeforeAnswer, check_upstream_transport, upstream_request
+from numi_mw.upstream import (
+    ClosedBeforeAnswer,
+    Outgoing,
+    PooledTransport,
+    check_upstream_transport,
+    send_outgoing,
+    send_upstream,
+    upstream_request,
+)
 from numi_mw.upstream_aiohttp import URL_KEPT, URL_KEPT_BYTES, AiohttpTransport, _as_httpx
 from tests.e2e_support import free_port
 
@@ -131,13 +139,166 @@ async def test_a_body_read_to_its_end_leaves_its_connection_for_the_next_request
     assert (first.content, second.content, len(accepted)) == (b"hello", b"hello", 1)
 
 
+@asynccontextmanager
+async def recording_server() -> AsyncIterator[tuple[int, list[bytes]]]:
+    """A keep-alive HTTP/1.1 server on loopback that records each request as it came (its head and its
+    ``content-length`` bytes of body) and answers ``{}``; yields its port and the list of requests."""
+    received: list[bytes] = []
+
+    async def handle(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            buffer = b""
+            while True:
+                while b"\r\n\r\n" not in buffer:
+                    try:
+                        buffer += await stream.receive()
+                    except (anyio.EndOfStream, anyio.BrokenResourceError):
+                        return
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                fields = dict(line.lower().split(b": ", 1) for line in head.split(b"\r\n")[1:])
+                length = int(fields.get(b"content-length", b"0"))
+                while len(buffer) < length:
+                    buffer += await stream.receive()
+                received.append(head + b"\r\n\r\n" + buffer[:length])
+                buffer = buffer[length:]
+                await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, handle)
+        try:
+            with anyio.fail_after(10):
+                yield port, received
+        finally:
+            group.cancel_scope.cancel()
+
+
+HEADERS = [(b"content-type", b"application/json"), (b"Authorization", b"Bearer sk-1"), (b"x-custom", b"a  b")]
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "headers", "content", "expected"),
+    [
+        (
+            "POST",
+            "http://127.0.0.1:{port}/v1/chat/completions",
+            HEADERS,
+            b'{"a":1}',
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: keep-alive\r\n"
+            b"content-type: application/json\r\nAuthorization: Bearer sk-1\r\nx-custom: a  b\r\n"
+            b'Content-Length: 7\r\n\r\n{"a":1}',
+        ),
+        (  # an empty body that needs its length says so, first (httpx's order)
+            "post",
+            "http://localhost:{port}/v1/x?q=%20y",
+            [],
+            b"",
+            b"POST /v1/x?q=%20y HTTP/1.1\r\nHost: localhost:{port}\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n",
+        ),
+        (
+            "DELETE",
+            "http://127.0.0.1:{port}/v1/files/a",
+            [(b"accept-encoding", b"identity")],
+            b"",
+            b"DELETE /v1/files/a HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: keep-alive\r\n"
+            b"accept-encoding: identity\r\n\r\n",
+        ),
+        (  # credentials in the URL: Basic authorization in the client's own header's place
+            "POST",
+            "http://user:pw@127.0.0.1:{port}/v1/chat/completions",
+            HEADERS,
+            b"{}",
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: keep-alive\r\n"
+            b"content-type: application/json\r\nAuthorization: Basic dXNlcjpwdw==\r\nx-custom: a  b\r\n"
+            b"Content-Length: 2\r\n\r\n{}",
+        ),
+        (  # a framing header given: httpx decides
+            "POST",
+            "http://127.0.0.1:{port}/v1/chat/completions",
+            [(b"Content-Length", b"2")],
+            b"{}",
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: keep-alive\r\n"
+            b"Content-Length: 2\r\n\r\n{}",
+        ),
+        (  # a value that is not UTF-8: through httpcore, as it came
+            "POST",
+            "http://127.0.0.1:{port}/v1/chat/completions",
+            [(b"x-name", b"caf\xe9")],
+            b"{}",
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: keep-alive\r\n"
+            b"x-name: caf\xe9\r\nContent-Length: 2\r\n\r\n{}",
+        ),
+    ],
+    ids=["post", "empty-post", "delete", "credentials", "framing", "latin-1"],
+)
+async def test_a_whole_body_sent_without_a_request_object_is_the_request_httpx_sends(
+    request: pytest.FixtureRequest,
+    method: str,
+    url: str,
+    headers: list[tuple[bytes, bytes]],
+    content: bytes,
+    expected: bytes,
+) -> None:
+    """``send_whole`` (what the sidecar sends a whole body by) and ``handle_async_request`` of the
+    ``upstream_request`` httpx would build, on aiohttp and on httpcore: the same bytes reach the upstream, and the
+    same answer comes back."""
+    timeout = httpx.Timeout(5.0).as_dict()
+    async with recording_server() as (port, received):
+        target = httpx.URL(url.format(port=port))
+        answers = []
+        async with AiohttpTransport(LIMITS) as aiohttp_transport, PooledTransport(LIMITS) as httpcore_transport:
+            sent = await aiohttp_transport.send_whole(method, target, headers, content, timeout)
+            if request.node.callspec.id in ("post", "empty-post", "delete"):
+                assert sent._request is None  # no request object made for it
+            answers.append(sent)
+            for transport in (aiohttp_transport, httpcore_transport):
+                answers.append(
+                    await send_upstream(transport, upstream_request(method, target, headers, content, timeout))
+                )
+            for answer in answers:
+                await answer.aread()
+    assert received == [expected.replace(b"{port}", str(port).encode())] * 3
+    assert [(a.status_code, a.headers.raw, a.content) for a in answers] == [
+        (200, [(b"content-type", b"application/json"), (b"content-length", b"2")], b"{}")
+    ] * 3
+
+
+async def test_a_whole_body_goes_by_send_whole_and_a_streamed_one_as_a_request() -> None:
+    """``send_outgoing`` hands a whole body to a transport's ``send_whole``, and a body that streams, or any body for
+    a transport without one, to ``handle_async_request``."""
+    calls: list[str] = []
+
+    class Recording(httpx.MockTransport):
+        async def send_whole(self, *args: Any) -> httpx.Response:
+            calls.append("send_whole")
+            return httpx.Response(200)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(f"request {request.method}")
+        return httpx.Response(200)
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"{}"
+
+    url = httpx.URL("http://127.0.0.1:9/v1/files")
+    await send_outgoing(Recording(handler), Outgoing("POST", url, [], b"{}", {}))
+    await send_outgoing(Recording(handler), Outgoing("PUT", url, [], body(), {}))
+    await send_outgoing(httpx.MockTransport(handler), Outgoing("PATCH", url, [], b"{}", {}))
+    assert calls == ["send_whole", "request PUT", "request PATCH"]
+
+
 def test_an_upstream_url_is_converted_once_per_parsed_url_and_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
     transport = AiohttpTransport(LIMITS)
     url = httpx.URL("http://user:pw@127.0.0.1:8000/v1/chat%2Fcompletions?a=%20b")
     texts: list[str] = []
     monkeypatch.setattr(httpx.URL, "__str__", lambda self: texts.append("str") or str(self._uri_reference))
     converted = transport._url(url)
-    assert str(converted) == "http://127.0.0.1:8000/v1/chat%2Fcompletions?a=%20b"  # as given; credentials left out
+    assert (str(converted.url), converted.host, converted.credentials) == (
+        "http://127.0.0.1:8000/v1/chat%2Fcompletions?a=%20b",  # as given; credentials left out
+        b"127.0.0.1:8000",
+        True,
+    )
     assert transport._url(url) == converted
     assert len(texts) == 1  # the second time, the kept conversion
     request = upstream_request("POST", url, [], b"{}", {})  # its URL is a copy of the one given
@@ -149,13 +310,13 @@ def test_an_upstream_url_is_converted_once_per_parsed_url_and_as_given(monkeypat
 def test_the_converted_urls_kept_are_bounded_in_count_and_length() -> None:
     transport = AiohttpTransport(LIMITS)
     long = httpx.URL("http://127.0.0.1:8000/v1/" + "a" * URL_KEPT_BYTES)
-    assert str(transport._url(long)) == str(long)
+    assert transport._url(long) == (URL(str(long), encoded=True), b"127.0.0.1:8000", False)
     assert transport._urls == {}  # too long to keep
     urls = [httpx.URL(f"http://127.0.0.1:8000/v1/{i}") for i in range(URL_KEPT + 1)]
     for url in urls:
         transport._url(url)
     assert len(transport._urls) == 1  # all let go when one more came
-    assert transport._url(urls[-1]) == URL(str(urls[-1]))
+    assert transport._url(urls[-1]).url == URL(str(urls[-1]))
 
 
 async def test_a_body_closed_before_its_end_closes_its_connection() -> None:
@@ -384,10 +545,7 @@ def test_timeouts_are_httpxs_as_aiohttp_counts_them() -> None:
     """The sidecar's ``Timeout(2, connect=10)``: 10 s to open a connection, 12 s to wait for one and open it
     (httpx's pool timeout plus its connect timeout), 2 s for each read; 4 s for writing the request and waiting for
     the answer's head together (write plus read)."""
-    request = httpx.Request(
-        "GET", "http://127.0.0.1:9/v1/models", extensions={"timeout": httpx.Timeout(2, connect=10).as_dict()}
-    )
-    assert AiohttpTransport(LIMITS)._timeout(request) == (
+    assert AiohttpTransport(LIMITS)._timeout(httpx.Timeout(2, connect=10).as_dict()) == (
         aiohttp.ClientTimeout(total=None, connect=12, sock_connect=10, sock_read=2),
         4,
     )

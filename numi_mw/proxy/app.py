@@ -75,6 +75,7 @@ from numi_mw.replay_store import (
 from numi_mw.upstream import (
     DEFAULT_UPSTREAM_TRANSPORT,
     ClosedBeforeAnswer,
+    Outgoing,
     answer_headers,
     answer_options,
     answer_rewriter,
@@ -85,11 +86,10 @@ from numi_mw.upstream import (
     note_upstream,
     open_transport,
     relay,
-    send_upstream,
+    send_outgoing,
     target_url,
     upstream_failure,
     upstream_headers,
-    upstream_request,
     whole_answer,
 )
 
@@ -153,7 +153,7 @@ class _Sidecar:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         """Open the upstream transport (``upstream``) for the app's life, and close it and the replay store at its
-        end. Requests go straight to the transport (``upstream.send_upstream``): no ``httpx.AsyncClient``, so no
+        end. Requests go straight to the transport (``upstream.send_outgoing``): no ``httpx.AsyncClient``, so no
         cookie jar (a ``Set-Cookie`` of one client's answer never reaches another client's request) and no
         redirect followed."""
         async with self.transport or open_transport(self.upstream_transport, UPSTREAM_LIMITS) as transport:
@@ -322,9 +322,9 @@ class _Sidecar:
         key = self.keys.get(provider.name) if _serves_route(method, request.scope["path"]) else None
         headers = upstream_headers(headers, adapter, key, translated=translated)
         url = target_url(provider.base_url, path, request.scope.get("query_string", b""))
-        request_out = upstream_request(method, url, headers, content, self.timeouts)
+        outgoing = Outgoing(method, url, headers, content, self.timeouts)
         note_upstream(provider.name, route.wire_api if route is not None else provider.wire_api, route)
-        return _Call(request_out, options, adjustments, isinstance(content, bytes), scope, restored, context)
+        return _Call(outgoing, options, adjustments, isinstance(content, bytes), scope, restored, context)
 
     async def answer(self, upstream: httpx.Response, call: _Call) -> ASGIApp:
         """The client's response for the upstream's: rewritten when the call has response options and
@@ -539,7 +539,7 @@ class _Call(NamedTuple):
     scope when a replay store keeps its answer, how many turns the store restored, and the context its answer is
     kept under (``replay.missing_in_body``)."""
 
-    request: httpx.Request
+    outgoing: Outgoing
     options: ResponseOptions | None
     adjustments: list[str]
     replayable: bool
@@ -562,11 +562,11 @@ async def _send(transport: httpx.AsyncBaseTransport, call: _Call) -> httpx.Respo
     """
     try:
         try:
-            response = await send_upstream(transport, call.request)
+            response = await send_outgoing(transport, call.outgoing)
         except ClosedBeforeAnswer:
             if not call.replayable:
                 raise
-            response = await send_upstream(transport, call.request)
+            response = await send_outgoing(transport, call.outgoing)
         if not 100 <= response.status_code <= 599:  # RFC 9110 section 15: no server can send it on
             await close_upstream(response)
             raise httpx.RemoteProtocolError(f"status {response.status_code} is outside 100 to 599")
