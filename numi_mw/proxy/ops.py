@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from numi_mw.asgi import send_error
 from numi_mw.core.codec import encode
 from numi_mw.core.errors import internal_error, method_not_allowed
-from numi_mw.upstream import EXCHANGE, Exchange, close_upstream, send_upstream, target_url, upstream_request
+from numi_mw.upstream import EXCHANGE, Exchange, Outgoing, close_upstream, send_outgoing, target_url
 
 if TYPE_CHECKING:
     from numi_mw.proxy.app import _Sidecar
@@ -260,8 +260,8 @@ class _Readiness:
         async def probe(i: int, base_url: str) -> None:
             try:
                 url = target_url(base_url, b"/models", b"")
-                request = upstream_request("GET", url, [(b"accept-encoding", b"identity")], b"", sidecar.timeouts)
-                response = await send_upstream(transport, request)
+                request = Outgoing("GET", url, [(b"accept-encoding", b"identity")], b"", sidecar.timeouts)
+                response = await send_outgoing(transport, request)
                 await close_upstream(response)
             except (httpx.RequestError, httpx.InvalidURL) as exc:
                 probes[i] = _Probe(providers[i].name, False, error=type(exc).__name__)
