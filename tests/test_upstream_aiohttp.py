@@ -11,7 +11,7 @@ import importlib.metadata
 import ipaddress
 import ssl
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -95,6 +95,19 @@ async def test_an_upstream_that_refuses_the_connection_is_a_connect_error() -> N
 
 
 @asynccontextmanager
+async def serving(handle: Callable[[anyio.abc.SocketStream], Awaitable[None]]) -> AsyncIterator[int]:
+    """Serve each connection on a loopback port with ``handle`` for at most 10 seconds; yields the port."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, handle)
+        try:
+            with anyio.fail_after(10):
+                yield listener.extra(anyio.abc.SocketAttribute.local_port)
+        finally:
+            group.cancel_scope.cancel()
+
+
+@asynccontextmanager
 async def counting_server(body: bytes) -> AsyncIterator[tuple[str, list[int]]]:
     """A keep-alive HTTP/1.1 server on loopback answering every request with ``body``; yields its URL and a list
     that gains one entry per connection it accepted."""
@@ -118,15 +131,8 @@ async def counting_server(body: bytes) -> AsyncIterator[tuple[str, list[int]]]:
                     except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                         return
 
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, handle)
-        try:
-            with anyio.fail_after(10):
-                yield f"http://127.0.0.1:{port}", accepted
-        finally:
-            group.cancel_scope.cancel()
+    async with serving(handle) as port:
+        yield f"http://127.0.0.1:{port}", accepted
 
 
 async def test_a_body_read_to_its_end_leaves_its_connection_for_the_next_request() -> None:
@@ -163,15 +169,8 @@ async def recording_server() -> AsyncIterator[tuple[int, list[bytes]]]:
                 buffer = buffer[length:]
                 await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
 
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, handle)
-        try:
-            with anyio.fail_after(10):
-                yield port, received
-        finally:
-            group.cancel_scope.cancel()
+    async with serving(handle) as port:
+        yield port, received
 
 
 HEADERS = [(b"content-type", b"application/json"), (b"Authorization", b"Bearer sk-1"), (b"x-custom", b"a  b")]
