@@ -18,7 +18,7 @@ import time
 import unicodedata
 import weakref
 import zlib
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -398,22 +398,26 @@ class Outgoing(NamedTuple):
     timeout: dict[str, float | None]
 
 
-async def send_outgoing(transport: httpx.AsyncBaseTransport, outgoing: Outgoing) -> httpx.Response:
-    """Send ``outgoing`` through ``transport``; the answer's body is still to be read. A whole body goes by the
-    transport's ``send_whole`` when it has one (``upstream_aiohttp.AiohttpTransport``: the same request without an
-    ``httpx.Request`` made for it, and an answer without ``request``), anything else as ``upstream_request`` builds
-    it (``send_upstream``).
+SendWhole = Callable[
+    [str, httpx.URL, list[tuple[bytes, bytes]], bytes, dict[str, float | None]], Awaitable[httpx.Response]
+]
+"""A transport's way to send a whole body without an ``httpx.Request`` (``upstream_aiohttp.AiohttpTransport``'s
+``send_whole``): the arguments of ``Outgoing``, the body bytes."""
+
+
+async def send_outgoing(
+    transport: httpx.AsyncBaseTransport, outgoing: Outgoing, send_whole: SendWhole | None = None
+) -> httpx.Response:
+    """Send ``outgoing`` through ``transport``; the answer's body is still to be read. A whole body goes by
+    ``send_whole`` when the caller gives it (the sidecar gives its own aiohttp transport's: the same request without
+    an ``httpx.Request`` made for it); anything else as ``upstream_request`` builds it (``send_upstream``).
 
     Raises:
         httpx.RequestError: as the transport raises it.
     """
-    send_whole = getattr(transport, "send_whole", None)
     content = outgoing.content
     if send_whole is not None and isinstance(content, bytes):
-        response: httpx.Response = await send_whole(
-            outgoing.method, outgoing.url, outgoing.headers, content, outgoing.timeout
-        )
-        return response
+        return await send_whole(outgoing.method, outgoing.url, outgoing.headers, content, outgoing.timeout)
     return await send_upstream(transport, upstream_request(*outgoing))
 
 

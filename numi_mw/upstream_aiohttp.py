@@ -352,7 +352,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         and returns, for a whole body, without the ``httpx.Request`` in between: the same header pairs in the same
         order (``upstream.whole_headers``), the same body, the same timeouts, errors and fallback. Building that
         request and reading its headers back cost about 9 % of the sidecar's instructions for a buffered
-        request (``docs/performance.md``, "No request object in between"). The answer has no ``request``.
+        request (``docs/performance.md``, "No request object in between"). An answer sent this way has no
+        ``request``.
 
         Args:
             method: the HTTP method, in any case.
@@ -364,7 +365,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         Raises:
             httpx.TransportError: as ``_as_httpx`` maps aiohttp's errors.
         """
-        target = self._url(url)
+        try:
+            target = self._url(url)
+        except ValueError:  # a URL yarl refuses: ``handle_async_request`` meets it, or not, as it always did
+            return await self.handle_async_request(upstream_request(method, url, headers, content, timeout))
         raw = None if target.credentials else whole_headers(method, target.host, headers, content)
         if raw is not None:
             try:

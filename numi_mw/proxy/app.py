@@ -76,6 +76,7 @@ from numi_mw.upstream import (
     DEFAULT_UPSTREAM_TRANSPORT,
     ClosedBeforeAnswer,
     Outgoing,
+    SendWhole,
     answer_headers,
     answer_options,
     answer_rewriter,
@@ -149,6 +150,7 @@ class _Sidecar:
         self.think_start = think_start
         self.timeouts = timeout.as_dict()  # each upstream request's timeout extension (``upstream_request``)
         self.upstream: httpx.AsyncBaseTransport | None = None
+        self.send_whole: SendWhole | None = None  # ``upstream``'s, when the sidecar opened it (``lifespan``)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -158,10 +160,14 @@ class _Sidecar:
         redirect followed."""
         async with self.transport or open_transport(self.upstream_transport, UPSTREAM_LIMITS) as transport:
             self.upstream = transport
+            # a whole body goes to the sidecar's own aiohttp transport without an ``httpx.Request``; a transport given
+            # to ``create_app`` is handed an ``httpx.Request`` for every call (``upstream.send_outgoing``)
+            self.send_whole = getattr(transport, "send_whole", None) if self.transport is None else None
             try:
                 yield
             finally:
                 self.upstream = None
+                self.send_whole = None
                 if self.replay is not None:
                     await self.replay.aclose()
 
@@ -246,7 +252,7 @@ class _Sidecar:
             transport = self.upstream
             if transport is None:  # pragma: no cover - only without lifespan
                 raise RuntimeError("the sidecar's lifespan has not started")
-            upstream.append(await _send(transport, call))
+            upstream.append(await _send(transport, call, self.send_whole))
             return await self.answer(upstream[0], call)
         except ApiError as error:
             return _error_response(error)
@@ -548,8 +554,9 @@ class _Call(NamedTuple):
     context: str = NO_CONTEXT
 
 
-async def _send(transport: httpx.AsyncBaseTransport, call: _Call) -> httpx.Response:
-    """Send the call's request under the one mapping of httpx errors (``upstream_failure``).
+async def _send(transport: httpx.AsyncBaseTransport, call: _Call, send_whole: SendWhole | None) -> httpx.Response:
+    """Send the call's request under the one mapping of httpx errors (``upstream_failure``), a whole body by
+    ``send_whole`` when there is one (``upstream.send_outgoing``).
 
     A request whose body is bytes is sent once more when the upstream closed the connection before the head of its
     answer was whole (``upstream.ClosedBeforeAnswer``): llama.cpp's server closes the connection after every streamed
@@ -562,11 +569,11 @@ async def _send(transport: httpx.AsyncBaseTransport, call: _Call) -> httpx.Respo
     """
     try:
         try:
-            response = await send_outgoing(transport, call.outgoing)
+            response = await send_outgoing(transport, call.outgoing, send_whole)
         except ClosedBeforeAnswer:
             if not call.replayable:
                 raise
-            response = await send_outgoing(transport, call.outgoing)
+            response = await send_outgoing(transport, call.outgoing, send_whole)
         if not 100 <= response.status_code <= 599:  # RFC 9110 section 15: no server can send it on
             await close_upstream(response)
             raise httpx.RemoteProtocolError(f"status {response.status_code} is outside 100 to 599")

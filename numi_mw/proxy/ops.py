@@ -261,7 +261,7 @@ class _Readiness:
             try:
                 url = target_url(base_url, b"/models", b"")
                 request = Outgoing("GET", url, [(b"accept-encoding", b"identity")], b"", sidecar.timeouts)
-                response = await send_outgoing(transport, request)
+                response = await send_outgoing(transport, request, sidecar.send_whole)
                 await close_upstream(response)
             except (httpx.RequestError, httpx.InvalidURL) as exc:
                 probes[i] = _Probe(providers[i].name, False, error=type(exc).__name__)
