@@ -301,6 +301,12 @@ _LENGTH_REQUIRED = frozenset(("POST", "PUT", "PATCH"))
 _NO_LENGTH = (b"Content-Length", b"0")
 
 
+def host_header(url: httpx.URL) -> bytes:
+    """The ``Host`` header's value httpx sends for ``url`` (its ``netloc``: the host, IDNA-encoded and lower case,
+    and a port other than the scheme's), or ``b""`` for a URL without a host, which gets none."""
+    return url.netloc if url.host else b""
+
+
 def whole_headers(
     method: str, host: bytes, headers: list[tuple[bytes, bytes]], content: bytes
 ) -> list[tuple[bytes, bytes]] | None:
@@ -312,8 +318,7 @@ def whole_headers(
 
     Args:
         method: the HTTP method, in any case.
-        host: the ``Host`` header's value, ``url.netloc`` of the upstream URL (``target_url``); ``b""`` for a URL
-            without a host (no ``Host`` header).
+        host: the ``Host`` header's value for the upstream URL (``host_header``); ``b""``: no ``Host`` header.
         headers: raw header pairs, names as the client wrote them.
         content: the whole body.
     """
@@ -352,8 +357,7 @@ def upstream_request(
             extension that the transports read.
     """
     extensions = {"timeout": timeout}
-    host = url.netloc if url.host else b""
-    if isinstance(content, bytes) and (raw := whole_headers(method, host, headers, content)) is not None:
+    if isinstance(content, bytes) and (raw := whole_headers(method, host_header(url), headers, content)) is not None:
         # what ``httpx.Request(content=...)`` makes of a whole body, its headers normalized once instead of three
         # times
         request = httpx.Request(

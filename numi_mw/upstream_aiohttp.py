@@ -26,7 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
 from yarl import URL
 
-from numi_mw.upstream import ClosedBeforeAnswer, PooledTransport, upstream_request, whole_headers
+from numi_mw.upstream import ClosedBeforeAnswer, PooledTransport, host_header, upstream_request, whole_headers
 
 MAX_HEADER_BYTES = 100 * 1024
 """The most bytes of one response header line aiohttp parses (its default is 8,190): httpcore takes up to 100 KiB
@@ -292,7 +292,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         credentials = out.raw_user is not None or out.raw_password is not None
         if credentials:
             out = out.with_user(None)
-        target = _Target(out, url.netloc if url.host else b"", credentials)
+        target = _Target(out, host_header(url), credentials)
         if len(text) <= URL_KEPT_BYTES:
             if len(self._urls) >= URL_KEPT:
                 self._urls.clear()
@@ -365,19 +365,30 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         Raises:
             httpx.TransportError: as ``_as_httpx`` maps aiohttp's errors.
         """
+        sent = self._whole(method, url, headers, content)
+        if sent is None:
+            return await self.handle_async_request(upstream_request(method, url, headers, content, timeout))
+        target, fields = sent
+        return await self._send(method.upper(), target, fields, content or None, timeout)
+
+    def _whole(
+        self, method: str, url: httpx.URL, headers: list[tuple[bytes, bytes]], content: bytes
+    ) -> tuple[URL, list[tuple[str, str]]] | None:
+        """The URL and the header pairs, decoded, that ``send_whole`` gives aiohttp; ``None`` where the
+        ``httpx.Request`` decides what is sent: a URL yarl refuses (``handle_async_request`` meets it, or not, as it
+        always did), credentials in the URL, a caller's framing header (``upstream.whole_headers``), a header that is
+        not UTF-8 (``handle_async_request``'s fallback takes it)."""
         try:
             target = self._url(url)
-        except ValueError:  # a URL yarl refuses: ``handle_async_request`` meets it, or not, as it always did
-            return await self.handle_async_request(upstream_request(method, url, headers, content, timeout))
+        except ValueError:
+            return None
         raw = None if target.credentials else whole_headers(method, target.host, headers, content)
-        if raw is not None:
-            try:
-                fields = [(name.decode(), value.decode()) for name, value in raw]
-            except UnicodeDecodeError:  # (``handle_async_request``: its fallback takes them)
-                pass
-            else:
-                return await self._send(method.upper(), target.url, fields, content or None, timeout)
-        return await self.handle_async_request(upstream_request(method, url, headers, content, timeout))
+        if raw is None:
+            return None
+        try:
+            return target.url, [(name.decode(), value.decode()) for name, value in raw]
+        except UnicodeDecodeError:
+            return None
 
     async def _send(
         self,
