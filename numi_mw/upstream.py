@@ -32,7 +32,7 @@ from httpcore._utils import is_socket_readable  # the probe httpcore 1.0's has_e
 from numi_mw.asgi import Headers, listed_names, with_length
 from numi_mw.core.adapters import WireAdapter
 from numi_mw.core.catalog import Catalog
-from numi_mw.core.errors import ApiError, bad_path, unreadable_path, upstream_timeout, upstream_unavailable
+from numi_mw.core.errors import ApiError, bad_path, not_a_path, unreadable_path, upstream_timeout, upstream_unavailable
 from numi_mw.core.request import PreparedRequest
 from numi_mw.core.response import (
     DEFAULT_BOUNDS,
@@ -524,9 +524,9 @@ def target_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
     cost of this step; longer ones, which a client can make unique at will, are built each time.
 
     Raises:
-        ApiError: 400 ``invalid_request`` for a path that is not UTF-8 once percent-decoded
-            (``readable_path``), or has a dot segment in any form ``has_dot_segment`` finds, either of which could
-            climb out of the base URL's path.
+        ApiError: 400 ``invalid_request`` for a request target that is not a path (``OPTIONS *``), a path that is not
+            UTF-8 once percent-decoded (``readable_path``), or one with a dot segment in any form ``has_dot_segment``
+            finds, either of which could climb out of the base URL's path.
     """
     if len(raw_path) + len(query) <= URL_CACHE_BYTES:
         return _kept_url(base_url, raw_path, query)
@@ -541,6 +541,8 @@ so the cache holds well under a MiB whatever clients send."""
 
 
 def _built_url(base_url: str, raw_path: bytes, query: bytes) -> httpx.URL:
+    if not raw_path.startswith(b"/"):  # ``*``: no path to put under the base URL's
+        raise not_a_path()
     text = readable_path(raw_path)
     if text is None:
         raise unreadable_path()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -208,11 +209,26 @@ class _Body(httpx.AsyncByteStream):
 class _Target(NamedTuple):
     """An upstream URL as ``AiohttpTransport`` sends to it (``AiohttpTransport._url``): yarl's URL, without
     credentials; the ``Host`` header's value (``httpx.URL.netloc``, ``b""`` without a host); whether the URL held
-    credentials."""
+    credentials; whether aiohttp refuses its host (``refused_host``), so that it goes through httpcore."""
 
     url: URL
     host: bytes
     credentials: bool
+    refused: bool
+
+
+def refused_host(host: str | None) -> bool:
+    """Whether aiohttp refuses to connect to ``host`` (yarl's ``raw_host``), where httpcore connects: a host of
+    digits and dots, which the C library's resolver reads as an IPv4 address, that is not four decimal numbers up to
+    255 without leading zeros (``127.1``, ``2130706433``, ``0177.0.0.1``; aiohttp 3.14's "not a canonical IPv4
+    address", its ``connector.TCPConnector._resolve_host``)."""
+    if not host or ":" in host or not host.replace(".", "").isdigit():
+        return False
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        return True
+    return False
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
@@ -238,7 +254,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     A request with a header value that is not UTF-8 (Latin-1 text, say) goes through the default transport
     (``upstream.PooledTransport``) instead: aiohttp writes header values as UTF-8 and could not send those bytes
-    as they came. An unasked ``101 Switching Protocols`` is an ``httpx.RemoteProtocolError``, as httpcore raises.
+    as they came. So does a request to a host aiohttp refuses and httpcore connects to (``refused_host``: an IPv4
+    address written other than as four decimal numbers, ``127.1``). An unasked ``101 Switching Protocols`` is an
+    ``httpx.RemoteProtocolError``, as httpcore raises.
     """
 
     def __init__(self, limits: httpx.Limits) -> None:
@@ -292,7 +310,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         credentials = out.raw_user is not None or out.raw_password is not None
         if credentials:
             out = out.with_user(None)
-        target = _Target(out, host_header(url), credentials)
+        target = _Target(out, host_header(url), credentials, refused_host(out.raw_host))
         if len(text) <= URL_KEPT_BYTES:
             if len(self._urls) >= URL_KEPT:
                 self._urls.clear()
@@ -320,6 +338,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         Raises:
             httpx.TransportError: as ``_as_httpx`` maps aiohttp's errors.
         """
+        target = self._url(request.url)
+        if target.refused:  # a host aiohttp refuses: httpcore connects to it
+            return await self._fallback().handle_async_request(request)
         headers: CIMultiDict[str] = CIMultiDict()
         data: bytes | httpx.AsyncByteStream | None
         whole = isinstance(request.stream, httpx.ByteStream)  # a body given as bytes, which httpx has read
@@ -336,7 +357,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         except UnicodeDecodeError:  # bytes aiohttp cannot write as they came (Latin-1 text, say): httpcore can
             return await self._fallback().handle_async_request(request)
         timeout = request.extensions.get("timeout", {})
-        response = await self._send(request.method, self._url(request.url).url, headers, data, timeout)
+        response = await self._send(request.method, target.url, headers, data, timeout)
         response.request = request
         return response
 
@@ -377,12 +398,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         """The URL and the header pairs, decoded, that ``send_whole`` gives aiohttp; ``None`` where the
         ``httpx.Request`` decides what is sent: a URL yarl refuses (``handle_async_request`` meets it, or not, as it
         always did), credentials in the URL, a caller's framing header (``upstream.whole_headers``), a header that is
-        not UTF-8 (``handle_async_request``'s fallback takes it)."""
+        not UTF-8 or a host aiohttp refuses (``handle_async_request``'s fallback takes both)."""
         try:
             target = self._url(url)
         except ValueError:
             return None
-        raw = None if target.credentials else whole_headers(method, target.host, headers, content)
+        raw = None if target.credentials or target.refused else whole_headers(method, target.host, headers, content)
         if raw is None:
             return None
         try:
@@ -434,7 +455,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     def _fallback(self) -> httpx.AsyncBaseTransport:
         """The default transport (``upstream.PooledTransport``, same limits), for a request whose header bytes
-        aiohttp cannot send as they came; opened on first use."""
+        aiohttp cannot send as they came, or to a host it refuses; opened on first use."""
         if self._httpcore is None:
             self._httpcore = PooledTransport(self._limits)
         return self._httpcore

@@ -436,6 +436,38 @@ def test_names_with_dots_that_are_no_dot_segment_are_forwarded_as_sent(
     assert upstream.requests[-1].split(b"\r\n")[0] == b"GET " + path + b" HTTP/1.1"
 
 
+@pytest.mark.parametrize(
+    ("sent", "forwarded"),
+    [
+        (b'/v1/a{b}`c"d<e>', b"/v1/a%7Bb%7D%60c%22d%3Ce%3E"),
+        (b"/v1/models?", b"/v1/models"),
+        (b"/v1/a|b^{c}?q={x}", b"/v1/a|b^%7Bc%7D?q={x}"),  # the query as sent
+    ],
+)
+def test_the_bytes_httpx_percent_encodes_in_a_path_arrive_percent_encoded(
+    upstream: RawUpstream, base_url: str, sent: bytes, forwarded: bytes
+) -> None:
+    """The path goes as sent but for what httpx's URL percent-encodes in it, as an httpx client would send it, and an
+    empty query; a query's bytes go as sent (docs/sidecar.md, "Paths")."""
+    upstream.reset(answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"))
+    exchange(base_url, b"GET " + sent + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert upstream.requests[-1].split(b"\r\n")[0] == b"GET " + forwarded + b" HTTP/1.1"
+
+
+def test_a_request_target_that_is_no_path_is_refused(upstream: RawUpstream, base_url: str) -> None:
+    """``OPTIONS *`` (RFC 9112 section 3.2.4) names no path to put under the base URL's: a 400, and nothing is
+    forwarded (it once went upstream as ``OPTIONS /v1*``)."""
+    before = len(upstream.requests)
+    raw = exchange(base_url, b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, body = response_head(raw)
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 400 Bad Request"
+    assert body == (
+        b'{"error":{"message":"The request target must be a path that starts with \'/\'.",'
+        b'"type":"invalid_request_error","code":"invalid_request","param":null}}'
+    )
+    assert len(upstream.requests) == before
+
+
 @pytest.mark.parametrize("method", [b"PROPFIND", b"TRACE", b"QUERY", b"MKCOL", b"LOCK"])
 def test_every_method_is_forwarded_as_sent(upstream: RawUpstream, base_url: str, method: bytes) -> None:
     """Methods outside the usual list reach the upstream, as they would talking to it directly (RFC 9110 section

@@ -21,11 +21,14 @@ import anyio
 import httpx
 import pytest
 import uvloop
+from aiohttp import helpers as aiohttp_helpers
 from aiohttp.http_exceptions import HttpProcessingError
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from yarl import URL
 
 from numi_mw.cli import main
@@ -39,7 +42,7 @@ from numi_mw.upstream import (
     send_upstream,
     upstream_request,
 )
-from numi_mw.upstream_aiohttp import URL_KEPT, URL_KEPT_BYTES, AiohttpTransport, _as_httpx
+from numi_mw.upstream_aiohttp import URL_KEPT, URL_KEPT_BYTES, AiohttpTransport, _as_httpx, refused_host
 from tests.e2e_support import free_port
 
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=100)
@@ -228,8 +231,24 @@ HEADERS = [(b"content-type", b"application/json"), (b"Authorization", b"Bearer s
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: keep-alive\r\n"
             b"x-name: caf\xe9\r\nContent-Length: 2\r\n\r\n{}",
         ),
+        (  # an IPv4 address in a short form, which aiohttp refuses: through httpcore, its Host as written
+            "POST",
+            "http://127.1:{port}/v1/chat/completions",
+            HEADERS,
+            b"{}",
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.1:{port}\r\nConnection: keep-alive\r\n"
+            b"content-type: application/json\r\nAuthorization: Bearer sk-1\r\nx-custom: a  b\r\n"
+            b"Content-Length: 2\r\n\r\n{}",
+        ),
+        (  # the same address as one number
+            "GET",
+            "http://2130706433:{port}/v1/models",
+            [],
+            b"",
+            b"GET /v1/models HTTP/1.1\r\nHost: 2130706433:{port}\r\nConnection: keep-alive\r\n\r\n",
+        ),
     ],
-    ids=["post", "empty-post", "delete", "credentials", "framing", "latin-1"],
+    ids=["post", "empty-post", "delete", "credentials", "framing", "latin-1", "short-ipv4", "integer-ipv4"],
 )
 async def test_a_whole_body_sent_without_a_request_object_is_the_request_httpx_sends(
     request: pytest.FixtureRequest,
@@ -253,6 +272,8 @@ async def test_a_whole_body_sent_without_a_request_object_is_the_request_httpx_s
                 assert sent._request is None  # no request object made for it
             elif case in ("credentials", "framing"):
                 assert sent._request is not None  # httpx made the request (Latin-1: httpcore's answer, without one)
+            # the fallback to httpcore is opened for the bytes and the hosts aiohttp cannot send as they came
+            assert (aiohttp_transport._httpcore is not None) == (case in ("latin-1", "short-ipv4", "integer-ipv4"))
             answers.append(sent)
             for transport in (aiohttp_transport, httpcore_transport):
                 answers.append(
@@ -264,6 +285,40 @@ async def test_a_whole_body_sent_without_a_request_object_is_the_request_httpx_s
     assert [(a.status_code, a.headers.raw, a.content) for a in answers] == [
         (200, [(b"content-type", b"application/json"), (b"content-length", b"2")], b"{}")
     ] * 3
+
+
+@pytest.mark.parametrize(
+    ("host", "refused"),
+    [
+        ("127.1", True),
+        ("2130706433", True),
+        ("0177.0.0.1", True),
+        ("127.0.0.01", True),
+        ("256.0.0.1", True),
+        ("1.2.3.4.5", True),
+        ("127.0.0.1", False),
+        ("0.0.0.0", False),
+        ("::1", False),
+        ("0x7f.1", False),
+        ("localhost", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_the_hosts_aiohttp_refuses_to_connect_to_are_known_before_sending(host: str | None, refused: bool) -> None:
+    assert refused_host(host) is refused
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from("0123456789.:x\u0661"), max_size=18))
+@example("127.1")
+@example("255.255.255.255")
+def test_a_host_is_refused_here_where_aiohttp_refuses_it(host: str) -> None:
+    """``refused_host`` against aiohttp's own test before it connects (``TCPConnector._resolve_host``)."""
+    aiohttp_refuses = (
+        aiohttp_helpers.is_ip_address(host) and ":" not in host and not aiohttp_helpers.is_canonical_ipv4_address(host)
+    )
+    assert refused_host(host) == aiohttp_refuses
 
 
 async def test_a_whole_body_goes_by_send_whole_and_a_streamed_one_as_a_request() -> None:
@@ -349,7 +404,7 @@ def test_an_upstream_url_is_converted_once_per_parsed_url_and_as_given(monkeypat
 def test_the_converted_urls_kept_are_bounded_in_count_and_length() -> None:
     transport = AiohttpTransport(LIMITS)
     long = httpx.URL("http://127.0.0.1:8000/v1/" + "a" * URL_KEPT_BYTES)
-    assert transport._url(long) == (URL(str(long), encoded=True), b"127.0.0.1:8000", False)
+    assert transport._url(long) == (URL(str(long), encoded=True), b"127.0.0.1:8000", False, False)
     assert transport._urls == {}  # too long to keep
     urls = [httpx.URL(f"http://127.0.0.1:8000/v1/{i}") for i in range(URL_KEPT + 1)]
     for url in urls:

@@ -191,6 +191,12 @@ def bad_path() -> ApiError:
     return invalid_request("The request path may not contain '.' or '..' segments.")
 
 
+def not_a_path() -> ApiError:
+    """400 ``invalid_request`` for a request target that is not a path (``OPTIONS *``, the asterisk form of RFC 9112
+    section 3.2.4): the sidecar forwards a path under the upstream's base URL, and has none to forward."""
+    return invalid_request("The request target must be a path that starts with '/'.")
+
+
 def unreadable_path() -> ApiError:
     """400 ``invalid_request`` for a request path whose percent-decoded bytes are not UTF-8 (RFC 3986 section 2.5:
     a URI's characters are UTF-8 encoded): overlong forms such as ``%c0%ae`` read as ``.`` on a server that decodes
