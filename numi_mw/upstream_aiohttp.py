@@ -231,6 +231,15 @@ def refused_host(host: str | None) -> bool:
     return False
 
 
+def spelled_apart(raw: list[tuple[bytes, bytes]]) -> bool:
+    """Whether two of the header names in ``raw`` (name and value pairs) differ in case alone (``X-A`` and
+    ``x-a``): aiohttp 3.14 sends only the last value of such names (``ClientSession._prepare_headers`` sets each new
+    spelling, which replaces the others), where httpcore sends every pair as it came. Names repeated in one spelling
+    are sent whole by both."""
+    lowered = {name.lower() for name, _ in raw}
+    return len(lowered) != len(raw) and len({name for name, _ in raw}) != len(lowered)
+
+
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """An ``httpx.AsyncBaseTransport`` on one ``aiohttp.ClientSession`` (HTTP/1.1, certificates verified with
     httpx's default context, no proxy or ``.netrc`` from the environment, no cookies kept, bodies not decoded: httpx
@@ -254,9 +263,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     A request with a header value that is not UTF-8 (Latin-1 text, say) goes through the default transport
     (``upstream.PooledTransport``) instead: aiohttp writes header values as UTF-8 and could not send those bytes
-    as they came. So does a request to a host aiohttp refuses and httpcore connects to (``refused_host``: an IPv4
-    address written other than as four decimal numbers, ``127.1``). An unasked ``101 Switching Protocols`` is an
-    ``httpx.RemoteProtocolError``, as httpcore raises.
+    as they came. So does a request with two header names that differ in case alone (``spelled_apart``: aiohttp
+    would send only the last one's value), and one to a host aiohttp refuses and httpcore connects to
+    (``refused_host``: an IPv4 address written other than as four decimal numbers, ``127.1``). An unasked ``101
+    Switching Protocols`` is an ``httpx.RemoteProtocolError``, as httpcore raises.
     """
 
     def __init__(self, limits: httpx.Limits) -> None:
@@ -339,7 +349,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             httpx.TransportError: as ``_as_httpx`` maps aiohttp's errors.
         """
         target = self._url(request.url)
-        if target.refused:  # a host aiohttp refuses: httpcore connects to it
+        raw = request.headers.raw
+        if target.refused or spelled_apart(raw):  # what aiohttp would not send as it came: httpcore sends it
             return await self._fallback().handle_async_request(request)
         headers: CIMultiDict[str] = CIMultiDict()
         data: bytes | httpx.AsyncByteStream | None
@@ -350,7 +361,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             assert isinstance(request.stream, httpx.AsyncByteStream)  # an async client's body of unknown length
             data = request.stream
         try:
-            for name, value in request.headers.raw:
+            for name, value in raw:
                 if not whole and name.lower() == b"transfer-encoding":
                     continue  # a body of unknown length: aiohttp writes the chunked framing and this header itself
                 headers.add(name.decode(), value.decode())  # aiohttp writes them as UTF-8
@@ -379,7 +390,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         Args:
             method: the HTTP method, in any case.
             url: the upstream URL (``upstream.target_url``).
-            headers: raw header pairs, names as the client wrote them.
+            headers: raw header pairs, names as the client wrote them, each name in one spelling: the sidecar's come
+                from the ASGI server, in lower case. Two names that differ in case alone (``spelled_apart``), which
+                ``handle_async_request`` sends through httpcore, are not looked for here (the check costs about 1 %
+                of a request): aiohttp would send only the last one's value.
             content: the whole body.
             timeout: ``httpx.Timeout.as_dict()`` of the upstream timeouts (seconds).
 
@@ -454,8 +468,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
 
     def _fallback(self) -> httpx.AsyncBaseTransport:
-        """The default transport (``upstream.PooledTransport``, same limits), for a request whose header bytes
-        aiohttp cannot send as they came, or to a host it refuses; opened on first use."""
+        """The default transport (``upstream.PooledTransport``, same limits), for a request whose headers aiohttp
+        cannot send as they came, or to a host it refuses; opened on first use."""
         if self._httpcore is None:
             self._httpcore = PooledTransport(self._limits)
         return self._httpcore

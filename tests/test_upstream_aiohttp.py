@@ -42,7 +42,14 @@ from numi_mw.upstream import (
     send_upstream,
     upstream_request,
 )
-from numi_mw.upstream_aiohttp import URL_KEPT, URL_KEPT_BYTES, AiohttpTransport, _as_httpx, refused_host
+from numi_mw.upstream_aiohttp import (
+    URL_KEPT,
+    URL_KEPT_BYTES,
+    AiohttpTransport,
+    _as_httpx,
+    refused_host,
+    spelled_apart,
+)
 from tests.e2e_support import free_port
 
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=100)
@@ -247,8 +254,26 @@ HEADERS = [(b"content-type", b"application/json"), (b"Authorization", b"Bearer s
             b"",
             b"GET /v1/models HTTP/1.1\r\nHost: 2130706433:{port}\r\nConnection: keep-alive\r\n\r\n",
         ),
+        (  # one name repeated in one spelling: aiohttp sends each
+            "POST",
+            "http://127.0.0.1:{port}/v1/chat/completions",
+            [(b"x-tag", b"a"), (b"x-tag", b"b")],
+            b"{}",
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: keep-alive\r\n"
+            b"x-tag: a\r\nx-tag: b\r\nContent-Length: 2\r\n\r\n{}",
+        ),
     ],
-    ids=["post", "empty-post", "delete", "credentials", "framing", "latin-1", "short-ipv4", "integer-ipv4"],
+    ids=[
+        "post",
+        "empty-post",
+        "delete",
+        "credentials",
+        "framing",
+        "latin-1",
+        "short-ipv4",
+        "integer-ipv4",
+        "repeated",
+    ],
 )
 async def test_a_whole_body_sent_without_a_request_object_is_the_request_httpx_sends(
     request: pytest.FixtureRequest,
@@ -273,7 +298,8 @@ async def test_a_whole_body_sent_without_a_request_object_is_the_request_httpx_s
             elif case in ("credentials", "framing"):
                 assert sent._request is not None  # httpx made the request (Latin-1: httpcore's answer, without one)
             # the fallback to httpcore is opened for the bytes and the hosts aiohttp cannot send as they came
-            assert (aiohttp_transport._httpcore is not None) == (case in ("latin-1", "short-ipv4", "integer-ipv4"))
+            fallback = ("latin-1", "short-ipv4", "integer-ipv4")
+            assert (aiohttp_transport._httpcore is not None) == (case in fallback)
             answers.append(sent)
             for transport in (aiohttp_transport, httpcore_transport):
                 answers.append(
@@ -319,6 +345,42 @@ def test_a_host_is_refused_here_where_aiohttp_refuses_it(host: str) -> None:
         aiohttp_helpers.is_ip_address(host) and ":" not in host and not aiohttp_helpers.is_canonical_ipv4_address(host)
     )
     assert refused_host(host) == aiohttp_refuses
+
+
+async def test_one_header_name_spelled_two_ways_reaches_the_upstream_as_httpcore_sends_it() -> None:
+    """aiohttp would send only the last value of ``X-Tag``, ``x-tag`` and ``X-TAG``: the request goes through httpcore,
+    every pair as it came."""
+    headers = [(b"X-Tag", b"a"), (b"x-tag", b"b"), (b"X-TAG", b"c")]
+    timeout = httpx.Timeout(5.0).as_dict()
+    async with recording_server() as (port, received):
+        url = httpx.URL(f"http://127.0.0.1:{port}/v1/chat/completions")
+        async with AiohttpTransport(LIMITS) as aiohttp_transport, PooledTransport(LIMITS) as httpcore_transport:
+            for transport in (aiohttp_transport, httpcore_transport):
+                answer = await send_upstream(transport, upstream_request("POST", url, headers, b"{}", timeout))
+                assert (answer.status_code, await answer.aread()) == (200, b"{}")
+            assert aiohttp_transport._httpcore is not None
+    assert (
+        received
+        == [
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: keep-alive\r\n"
+            b"X-Tag: a\r\nx-tag: b\r\nX-TAG: c\r\nContent-Length: 2\r\n\r\n{}" % port
+        ]
+        * 2
+    )
+
+
+@pytest.mark.parametrize(
+    ("names", "apart"),
+    [
+        ([b"X-A", b"x-a"], True),
+        ([b"a", b"b", b"A"], True),
+        ([b"x-a", b"x-a"], False),
+        ([b"Host", b"Connection", b"content-type", b"authorization"], False),
+        ([], False),
+    ],
+)
+def test_header_names_spelled_apart_are_known_before_sending(names: list[bytes], apart: bool) -> None:
+    assert spelled_apart([(name, b"v") for name in names]) is apart
 
 
 async def test_a_whole_body_goes_by_send_whole_and_a_streamed_one_as_a_request() -> None:
