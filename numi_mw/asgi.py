@@ -12,6 +12,7 @@ from functools import partial
 from typing import TypeVar
 
 import anyio.to_thread
+import httpx
 from starlette.types import Receive, Send
 
 from numi_mw.core.catalog import Catalog, base_url_problem
@@ -241,13 +242,18 @@ def check_upstream(url: str) -> None:
 
     Raises:
         ValueError: ``url`` is not an ``http://`` or ``https://`` URL with a host, or its port is not a number from
-            1 to 65535 (``http://h:99999/v1``, ``http://h:abc/v1``).
+            1 to 65535 (``http://h:99999/v1``, ``http://h:abc/v1``), or httpx, which sends every request, refuses it
+            (``httpx.InvalidURL``: ``http://0177.0.0.1/v1``, an IPv4 address with a leading zero).
     """
     problem = base_url_problem(url) if isinstance(url, str) else "scheme"
     if problem == "port":
         raise ValueError(f"the upstream's port must be a number from 1 to 65535, not {url!r}")
     if problem is not None:
         raise ValueError(f"the upstream must be an http:// or https:// URL with a host, not {url!r}")
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"the upstream is no URL httpx can send to ({exc}), not {url!r}") from None
 
 
 async def send_error(send: Send, error: ApiError, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:

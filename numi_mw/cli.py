@@ -169,7 +169,10 @@ def _parser() -> argparse.ArgumentParser:
         help=f"most bytes of one buffered upstream answer, decoded; 502 past it (default {DEFAULT_MAX_RESPONSE_BYTES})",
     )
     serve.add_argument(
-        "--timeout", type=_positive(float), default=600.0, help="upstream read timeout in seconds (default 600)"
+        "--timeout",
+        type=_positive(float),
+        default=600.0,
+        help="upstream read, write and pool timeout in seconds (default 600; connecting has 10)",
     )
     serve.add_argument(
         "--upstream-transport",

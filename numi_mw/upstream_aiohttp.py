@@ -220,9 +220,10 @@ class _Target(NamedTuple):
 def refused_host(host: str | None) -> bool:
     """Whether aiohttp refuses to connect to ``host`` (yarl's ``raw_host``), where httpcore connects: a host of
     digits and dots, which the C library's resolver reads as an IPv4 address, that is not four decimal numbers up to
-    255 without leading zeros (``127.1``, ``2130706433``, ``0177.0.0.1``; aiohttp 3.14's "not a canonical IPv4
-    address", its ``connector.TCPConnector._resolve_host``)."""
-    if not host or ":" in host or not host.replace(".", "").isdigit():
+    255 without leading zeros (``127.1``, ``127.0.1``, ``2130706433``, ``017700000001``; aiohttp 3.14's "not a
+    canonical IPv4 address", its ``connector.TCPConnector._resolve_host``). A hexadecimal form (``0x7f.1``) is a
+    name to aiohttp, which its resolver looks up as httpcore's does."""
+    if not host or not host.replace(".", "").isdigit():  # (an IPv6 address holds a ``:``)
         return False
     try:
         ipaddress.IPv4Address(host)
@@ -264,9 +265,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     A request with a header value that is not UTF-8 (Latin-1 text, say) goes through the default transport
     (``upstream.PooledTransport``) instead: aiohttp writes header values as UTF-8 and could not send those bytes
     as they came. So does a request with two header names that differ in case alone (``spelled_apart``: aiohttp
-    would send only the last one's value), and one to a host aiohttp refuses and httpcore connects to
-    (``refused_host``: an IPv4 address written other than as four decimal numbers, ``127.1``). An unasked ``101
-    Switching Protocols`` is an ``httpx.RemoteProtocolError``, as httpcore raises.
+    would send only the last one's value), one to a host aiohttp refuses and httpcore connects to (``refused_host``:
+    an IPv4 address in digits and dots other than four numbers, ``127.1``), and one to a URL yarl refuses. An
+    unasked ``101 Switching Protocols`` is an ``httpx.RemoteProtocolError``, as httpcore raises.
     """
 
     def __init__(self, limits: httpx.Limits) -> None:
@@ -348,7 +349,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         Raises:
             httpx.TransportError: as ``_as_httpx`` maps aiohttp's errors.
         """
-        target = self._url(request.url)
+        try:
+            target = self._url(request.url)
+        except ValueError:  # a URL yarl refuses: httpcore sends to it, or fails as it does on its own
+            return await self._fallback().handle_async_request(request)
         raw = request.headers.raw
         if target.refused or spelled_apart(raw):  # what aiohttp would not send as it came: httpcore sends it
             return await self._fallback().handle_async_request(request)
@@ -410,9 +414,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self, method: str, url: httpx.URL, headers: list[tuple[bytes, bytes]], content: bytes
     ) -> tuple[URL, list[tuple[str, str]]] | None:
         """The URL and the header pairs, decoded, that ``send_whole`` gives aiohttp; ``None`` where the
-        ``httpx.Request`` decides what is sent: a URL yarl refuses (``handle_async_request`` meets it, or not, as it
-        always did), credentials in the URL, a caller's framing header (``upstream.whole_headers``), a header that is
-        not UTF-8 or a host aiohttp refuses (``handle_async_request``'s fallback takes both)."""
+        ``httpx.Request`` decides what is sent: credentials in the URL, a caller's framing header
+        (``upstream.whole_headers``); and where ``handle_async_request``'s fallback, httpcore, sends it: a URL yarl
+        refuses, a host aiohttp refuses, a header that is not UTF-8."""
         try:
             target = self._url(url)
         except ValueError:
@@ -469,7 +473,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     def _fallback(self) -> httpx.AsyncBaseTransport:
         """The default transport (``upstream.PooledTransport``, same limits), for a request whose headers aiohttp
-        cannot send as they came, or to a host it refuses; opened on first use."""
+        cannot send as they came, or to a URL or host it refuses; opened on first use."""
         if self._httpcore is None:
             self._httpcore = PooledTransport(self._limits)
         return self._httpcore

@@ -441,17 +441,32 @@ def test_names_with_dots_that_are_no_dot_segment_are_forwarded_as_sent(
     [
         (b'/v1/a{b}`c"d<e>', b"/v1/a%7Bb%7D%60c%22d%3Ce%3E"),
         (b"/v1/models?", b"/v1/models"),
-        (b"/v1/a|b^{c}?q={x}", b"/v1/a|b^%7Bc%7D?q={x}"),  # the query as sent
+        (b"/v1/a|b^{c}?q={x}`|^%zz", b"/v1/a|b^%7Bc%7D?q={x}`|^%zz"),  # the query as sent
+        (b'/v1/m?q="<>', b"/v1/m?q=%22%3C%3E"),  # but for these three
     ],
 )
 def test_the_bytes_httpx_percent_encodes_in_a_path_arrive_percent_encoded(
     upstream: RawUpstream, base_url: str, sent: bytes, forwarded: bytes
 ) -> None:
     """The path goes as sent but for what httpx's URL percent-encodes in it, as an httpx client would send it, and an
-    empty query; a query's bytes go as sent (docs/sidecar.md, "Paths")."""
+    empty query; a query's bytes go as sent but for ``"``, ``<`` and ``>`` (docs/sidecar.md, "Paths")."""
     upstream.reset(answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"))
     exchange(base_url, b"GET " + sent + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert upstream.requests[-1].split(b"\r\n")[0] == b"GET " + forwarded + b" HTTP/1.1"
+
+
+def test_connect_opens_no_tunnel(upstream: RawUpstream, base_url: str) -> None:
+    """``CONNECT`` asks a proxy for a tunnel (RFC 9110 section 9.3.6): a 501, and nothing is forwarded (aiohttp sent
+    it upstream as ``CONNECT host:port``, httpcore as a tunnel whose answer's body it dropped)."""
+    before = len(upstream.requests)
+    raw = exchange(base_url, b"CONNECT /v1/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, body = response_head(raw)
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 501 Not Implemented"
+    assert body == (
+        b'{"error":{"message":"CONNECT asks for a tunnel, which numi_mw does not open; send the request itself.",'
+        b'"type":"api_error","code":"not_implemented","param":null}}'
+    )
+    assert len(upstream.requests) == before
 
 
 def test_a_request_target_that_is_no_path_is_refused(upstream: RawUpstream, base_url: str) -> None:

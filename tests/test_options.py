@@ -140,6 +140,21 @@ def test_create_app_refuses_an_upstream_that_is_not_an_http_url(upstream: str) -
     assert str(info.value) == f"the upstream must be an http:// or https:// URL with a host, not {upstream!r}"
 
 
+@pytest.mark.parametrize(
+    ("upstream", "reason"),
+    [
+        ("http://0177.0.0.1:8000/v1", "Invalid IPv4 address: '0177.0.0.1'"),
+        ("http://127.0.0.01/v1", "Invalid IPv4 address: '127.0.0.01'"),
+        ("http://\uff11\uff12\uff17.\uff11/v1", "Invalid IDNA hostname: '\uff11\uff12\uff17.\uff11'"),
+    ],
+)
+def test_create_app_refuses_an_upstream_httpx_cannot_send_to(upstream: str, reason: str) -> None:
+    """Each request would be a 500: httpx, which sends them, refuses the URL."""
+    with pytest.raises(ValueError) as info:
+        create_app(upstream)
+    assert str(info.value) == f"the upstream is no URL httpx can send to ({reason}), not {upstream!r}"
+
+
 @pytest.mark.parametrize("upstream", ["http://h:99999/v1", "http://h:abc/v1", "http://h:0/v1", "https://h:-1/v1"])
 def test_create_app_refuses_an_upstream_whose_port_is_not_a_port(upstream: str) -> None:
     with pytest.raises(ValueError) as info:

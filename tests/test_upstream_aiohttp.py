@@ -369,6 +369,27 @@ async def test_one_header_name_spelled_two_ways_reaches_the_upstream_as_httpcore
     )
 
 
+async def test_a_url_yarl_refuses_goes_through_httpcore_and_fails_as_it_does() -> None:
+    """``http://a\\b:9/v1``: httpx takes it, yarl does not; the aiohttp transport's fallback, httpcore, sends it, so a
+    request to it fails as it does on ``--upstream-transport httpcore`` (no host by that name: ``ConnectError``),
+    a body whose header is not UTF-8 too, where yarl's ``ValueError`` reached the sidecar as a 500."""
+    url = httpx.URL("http://a\\b:9/v1/models")
+    with pytest.raises(ValueError):
+        URL(str(url), encoded=True)
+    timeout = httpx.Timeout(5.0).as_dict()
+    failures = []
+    async with AiohttpTransport(LIMITS) as aiohttp_transport, PooledTransport(LIMITS) as httpcore_transport:
+        for transport in (aiohttp_transport, httpcore_transport):
+            for headers in ([], [(b"x-n", b"caf\xe9")]):
+                with pytest.raises(httpx.ConnectError) as info:
+                    await send_upstream(transport, upstream_request("GET", url, headers, b"", timeout))
+                failures.append(type(info.value))
+        with pytest.raises(httpx.ConnectError):  # the sidecar's own way: send_whole
+            await send_outgoing(aiohttp_transport, Outgoing("GET", url, [], b"", timeout), aiohttp_transport.send_whole)
+        assert aiohttp_transport._httpcore is not None
+    assert failures == [httpx.ConnectError] * 4
+
+
 @pytest.mark.parametrize(
     ("names", "apart"),
     [

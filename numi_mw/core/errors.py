@@ -26,6 +26,7 @@ ERROR_CODES: Final[dict[str, tuple[int, ErrorType]]] = {
     "payload_too_large": (413, "invalid_request_error"),
     "request_header_fields_too_large": (431, "invalid_request_error"),
     "internal_error": (500, "api_error"),
+    "not_implemented": (501, "api_error"),
     "upstream_unavailable": (502, "api_error"),
     "provider_unavailable": (503, "api_error"),
     "upstream_timeout": (504, "api_error"),
@@ -215,6 +216,14 @@ def method_not_allowed(method: str, path: str, allowed: str) -> ApiError:
     and an ``invalid_request_error`` likewise. The shell sends ``allowed`` in the ``allow`` header (RFC 9110
     section 15.5.6)."""
     return ApiError("method_not_allowed", f"Invalid method for URL ({method} {path}); this path takes {allowed}.")
+
+
+def no_tunnel() -> ApiError:
+    """501 ``not_implemented`` for ``CONNECT``, which asks a proxy for a tunnel to a host (RFC 9110 section 9.3.6):
+    the sidecar forwards requests and opens no tunnel, for any path (RFC 9110 section 15.6.2)."""
+    return ApiError(
+        "not_implemented", "CONNECT asks for a tunnel, which numi_mw does not open; send the request itself."
+    )
 
 
 def payload_too_large(limit: int, size: int | None = None) -> ApiError:

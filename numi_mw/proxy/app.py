@@ -50,7 +50,7 @@ from numi_mw.asgi import (
 from numi_mw.core.adapters import WIRE_APIS, WireAdapter
 from numi_mw.core.catalog import Catalog, Provider, endpoints_listing, models_listing
 from numi_mw.core.codec import encode
-from numi_mw.core.errors import ApiError, model_not_found
+from numi_mw.core.errors import ApiError, model_not_found, no_tunnel
 from numi_mw.core.providers import WireApi, infer_provider, provider_rules
 from numi_mw.core.replay import NO_CONTEXT, StreamStates, answer_states, credential_scope, missing_in_body
 from numi_mw.core.request import DEFAULT_MAX_BODY_BYTES, is_chat_completions, prepare_request
@@ -206,6 +206,9 @@ class _Sidecar:
             check_headers(scope["headers"], self.max_header_count, self.max_header_bytes)
         except ApiError as error:
             await _error_response(error)(scope, receive, send)
+            return
+        if scope["method"] == "CONNECT":  # a tunnel, which a forwarded request cannot be
+            await _error_response(no_tunnel())(scope, receive, send)
             return
         listing = self._listing(request.method, scope["path"])
         if listing is not None:
@@ -698,7 +701,8 @@ def create_app(
 
     Raises:
         ValueError: neither or both of ``upstream`` and ``catalog``; ``upstream`` is not an ``http://`` or
-            ``https://`` URL with a host; ``provider`` is not a known provider name; ``wire_api`` is not a known
+            ``https://`` URL with a host, or it or a catalog provider's base URL is one httpx refuses
+            (``asgi.check_upstream``); ``provider`` is not a known provider name; ``wire_api`` is not a known
             wire API, or is given with a catalog; an option of the wrong type or range (``max_body_bytes``,
             ``max_header_count``, ``max_header_bytes``, ``max_event_bytes``, ``max_response_bytes``, ``timeout``
             (a finite number of seconds),
@@ -737,6 +741,10 @@ def create_app(
     opened = check_upstream_transport(upstream_transport, transport)
     if upstream is not None:
         check_upstream(upstream)
+    else:  # a catalog's base URLs passed its own rule when it was loaded; httpx must take them too
+        assert catalog is not None
+        for listed in catalog.providers:
+            check_upstream(listed.base_url)
     check_ops_prefix(ops_prefix)
     if not isinstance(metrics, bool):
         raise ValueError(f"metrics must be true or false, not {metrics!r}")
