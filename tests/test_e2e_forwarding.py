@@ -455,31 +455,39 @@ def test_the_bytes_httpx_percent_encodes_in_a_path_arrive_percent_encoded(
     assert upstream.requests[-1].split(b"\r\n")[0] == b"GET " + forwarded + b" HTTP/1.1"
 
 
-def test_connect_opens_no_tunnel(upstream: RawUpstream, base_url: str) -> None:
-    """``CONNECT`` asks a proxy for a tunnel (RFC 9110 section 9.3.6): a 501, and nothing is forwarded (aiohttp sent
-    it upstream as ``CONNECT host:port``, httpcore as a tunnel whose answer's body it dropped)."""
+@pytest.mark.parametrize(
+    ("request_line", "status_line", "message", "kind", "code"),
+    [
+        (  # a tunnel (RFC 9110 section 9.3.6): aiohttp sent it as CONNECT host:port, httpcore dropped the answer's body
+            b"CONNECT /v1/x HTTP/1.1",
+            b"HTTP/1.1 501 Not Implemented",
+            b"CONNECT asks for a tunnel, which numi_mw does not open; send the request itself.",
+            b"api_error",
+            b"not_implemented",
+        ),
+        (  # no path to put under the base URL's (RFC 9112 section 3.2.4): it went upstream as OPTIONS /v1*
+            b"OPTIONS * HTTP/1.1",
+            b"HTTP/1.1 400 Bad Request",
+            b"The request target must be a path that starts with '/'.",
+            b"invalid_request_error",
+            b"invalid_request",
+        ),
+    ],
+    ids=["connect", "asterisk"],
+)
+def test_a_request_numi_mw_cannot_forward_is_refused_and_nothing_goes_upstream(
+    upstream: RawUpstream,
+    base_url: str,
+    request_line: bytes,
+    status_line: bytes,
+    message: bytes,
+    kind: bytes,
+    code: bytes,
+) -> None:
     before = len(upstream.requests)
-    raw = exchange(base_url, b"CONNECT /v1/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    head, body = response_head(raw)
-    assert head.split(b"\r\n")[0] == b"HTTP/1.1 501 Not Implemented"
-    assert body == (
-        b'{"error":{"message":"CONNECT asks for a tunnel, which numi_mw does not open; send the request itself.",'
-        b'"type":"api_error","code":"not_implemented","param":null}}'
-    )
-    assert len(upstream.requests) == before
-
-
-def test_a_request_target_that_is_no_path_is_refused(upstream: RawUpstream, base_url: str) -> None:
-    """``OPTIONS *`` (RFC 9112 section 3.2.4) names no path to put under the base URL's: a 400, and nothing is
-    forwarded (it once went upstream as ``OPTIONS /v1*``)."""
-    before = len(upstream.requests)
-    raw = exchange(base_url, b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    head, body = response_head(raw)
-    assert head.split(b"\r\n")[0] == b"HTTP/1.1 400 Bad Request"
-    assert body == (
-        b'{"error":{"message":"The request target must be a path that starts with \'/\'.",'
-        b'"type":"invalid_request_error","code":"invalid_request","param":null}}'
-    )
+    head, body = response_head(exchange(base_url, request_line + b"\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    assert head.split(b"\r\n")[0] == status_line
+    assert body == b'{"error":{"message":"%s","type":"%s","code":"%s","param":null}}' % (message, kind, code)
     assert len(upstream.requests) == before
 
 
