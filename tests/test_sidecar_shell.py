@@ -3,7 +3,6 @@ per upstream URL is bounded whatever clients send."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import anyio
@@ -263,49 +262,3 @@ def test_is_json_is_a_mention_of_json_in_any_case(value: bytes | None, expected:
 @given(st.one_of(st.sampled_from([b"application/json", b"application/json; charset=utf-8", b"text/json"]), st.binary()))
 def test_is_json_looks_up_common_spellings_without_changing_the_answer(value: bytes) -> None:
     assert is_json(value) is (b"json" in value.lower())
-
-
-def test_the_calls_scope_ends_its_own_cancellation_and_no_other() -> None:
-    """``_TaskScope``, the call's cancel scope on asyncio: a cancel from another task (the client watch) ends the call
-    at the wait it is in and stops at the scope, with the task's cancellation count back at 0; a cancel after the
-    scope was left, or from inside the call's own task, does nothing; a cancellation from elsewhere goes on."""
-    from numi_mw.proxy.app import _TaskScope
-
-    async def main() -> list[object]:
-        seen: list[object] = []
-        task = asyncio.current_task()
-        assert task is not None
-        scope = _TaskScope()
-        with scope:
-            asyncio.get_running_loop().call_later(0.01, scope.cancel)  # as the watch cancels, from outside the task
-            try:
-                await asyncio.sleep(5)
-            except asyncio.CancelledError:
-                seen.append("cancelled at its wait")
-                raise
-        seen.append(task.cancelling())
-        scope.cancel()  # left: nothing
-        await asyncio.sleep(0.02)
-        seen.append("no cancel after the scope")
-        own = _TaskScope()
-        with own:
-            own.cancel()  # from inside its own task: nothing
-            await asyncio.sleep(0.01)
-        seen.append(task.cancelling())
-        outer = _TaskScope()
-        try:
-            with outer:
-                asyncio.get_running_loop().call_later(0.01, task.cancel)  # a server shutting down
-                asyncio.get_running_loop().call_later(0.01, outer.cancel)
-                await asyncio.sleep(5)
-        except asyncio.CancelledError:
-            seen.append(("goes on", task.uncancel()))
-        return seen
-
-    assert asyncio.run(asyncio.wait_for(main(), 10)) == [
-        "cancelled at its wait",
-        0,
-        "no cancel after the scope",
-        0,
-        ("goes on", 0),
-    ]

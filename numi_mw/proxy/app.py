@@ -229,8 +229,7 @@ class _Sidecar:
         """``__call__``'s call through the upstream, in one cancel scope that ``_ClientWatch`` cancels when the
         client leaves (its task in ``group``, else an asyncio task of its own)."""
         upstream: list[httpx.Response] = []
-        # cancelled by the watch when the client leaves
-        call: anyio.CancelScope | _TaskScope = anyio.CancelScope() if group is not None else _TaskScope()
+        call = anyio.CancelScope()  # cancelled by the watch when the client leaves
         watch = _ClientWatch(receive, call, group)
         try:
             with call:
@@ -438,47 +437,6 @@ class _Answer:
             raise ClientDisconnect() from None
 
 
-class _TaskScope:
-    """The call's cancel scope on asyncio (``_Sidecar._watched``): ``cancel``, while the scope is entered, cancels
-    the task that entered it, once; leaving the scope takes that cancellation back (``asyncio.Task.uncancel``, as
-    ``asyncio.timeout`` does) and ends its ``CancelledError`` there, and a cancel after the scope was left does
-    nothing. Any other cancellation of the task (a server shutting down) goes on. ``anyio.CancelScope`` does the same
-    for a task, and cancels again at each later wait inside the scope, at about ten times the cost: its entry and
-    exit took about 30 k instructions a request, this one's about 5 k (``docs/performance.md``, "The call's
-    scope"). Under another event loop (trio) the call keeps anyio's scope."""
-
-    __slots__ = ("_active", "_cancelled", "_task")
-
-    def __init__(self) -> None:
-        self._task: asyncio.Task[Any] | None = None
-        self._active = False
-        self._cancelled = False
-
-    def __enter__(self) -> _TaskScope:
-        self._task = asyncio.current_task()
-        self._active = True
-        return self
-
-    def cancel(self) -> None:
-        """Cancel the call from another task (the watch, or the upstream transport's task that writes the body): the
-        call's task, at the wait it is in, once; nothing once the scope was left. Called in the call's own task (its
-        body's reader, which raises ``ClientDisconnect`` on, ending the call), it does nothing: a cancellation of the
-        running task would wait for its next ``await``, which may come after the scope (Python 3.11's
-        ``uncancel`` leaves it pending)."""
-        task = self._task
-        if self._active and not self._cancelled and task is not None and task is not asyncio.current_task():
-            self._cancelled = True
-            task.cancel()
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
-        self._active = False
-        task, self._task = self._task, None  # (the task's frames hold this scope: no cycle left behind)
-        if not self._cancelled or task is None:
-            return False
-        # the scope's own cancellation ends here; one from elsewhere besides it goes on
-        return task.uncancel() == 0 and kind is asyncio.CancelledError
-
-
 class _ClientWatch:
     """Watches the client's connection while its call runs (ASGI ``http.disconnect``, ASGI spec "HTTP" section).
 
@@ -494,9 +452,7 @@ class _ClientWatch:
 
     __slots__ = ("_call", "_group", "_receive", "_started", "_task")
 
-    def __init__(
-        self, receive: Receive, call: anyio.CancelScope | _TaskScope, group: anyio.abc.TaskGroup | None = None
-    ) -> None:
+    def __init__(self, receive: Receive, call: anyio.CancelScope, group: anyio.abc.TaskGroup | None = None) -> None:
         self._receive = receive
         self._call = call
         self._group = group
