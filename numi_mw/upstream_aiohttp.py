@@ -349,13 +349,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         Raises:
             httpx.TransportError: as ``_as_httpx`` maps aiohttp's errors.
         """
-        try:
-            target = self._url(request.url)
-        except ValueError:  # a URL yarl refuses: httpcore sends to it, or fails as it does on its own
-            return await self._fallback().handle_async_request(request)
-        raw = request.headers.raw
-        if target.refused or spelled_apart(raw):  # what aiohttp would not send as it came: httpcore sends it
-            return await self._fallback().handle_async_request(request)
         headers: CIMultiDict[str] = CIMultiDict()
         data: bytes | httpx.AsyncByteStream | None
         whole = isinstance(request.stream, httpx.ByteStream)  # a body given as bytes, which httpx has read
@@ -364,12 +357,19 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         else:
             assert isinstance(request.stream, httpx.AsyncByteStream)  # an async client's body of unknown length
             data = request.stream
+        raw = request.headers.raw
+        target: _Target | None
         try:
+            target = self._url(request.url)  # ValueError: a URL yarl refuses
             for name, value in raw:
                 if not whole and name.lower() == b"transfer-encoding":
                     continue  # a body of unknown length: aiohttp writes the chunked framing and this header itself
-                headers.add(name.decode(), value.decode())  # aiohttp writes them as UTF-8
-        except UnicodeDecodeError:  # bytes aiohttp cannot write as they came (Latin-1 text, say): httpcore can
+                # aiohttp writes them as UTF-8: bytes that are not (Latin-1 text, say) raise UnicodeDecodeError
+                headers.add(name.decode(), value.decode())
+        except ValueError:
+            target = None
+        # a URL or host aiohttp refuses, or headers it would not send as they came: httpcore sends them
+        if target is None or target.refused or spelled_apart(raw):
             return await self._fallback().handle_async_request(request)
         timeout = request.extensions.get("timeout", {})
         response = await self._send(request.method, target.url, headers, data, timeout)
